@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * flashattn.h — the one public header of libflashattn: exact, fused, tiled attention
+ * (FlashAttention) behind a plain C ABI.
+ *
+ * Everything here is C types only. The library exports exactly the fa_* functions below and
+ * depends only on libc, libm, libpthread and libdl, so there is no C++ ABI to match.
+ *
+ * Conventions
+ *  - Every entry point returns fa_status: FA_OK (0) on success, a negative code on error.
+ *    fa_strerror() names the code; fa_last_error_message() gives the calling thread's message
+ *    for its most recent failed call, naming the offending argument and what was expected.
+ *  - Arguments are validated completely before anything is written: on any error, no output
+ *    (out, lse) has been touched.
+ *  - Tensors are strided views (fa_tensor): shapes and strides are in elements, not bytes, so
+ *    BSHD (flash-attn) and BHSD (PyTorch SDPA) layouts work without copies.
+ *  - Structs that may grow (fa_params, fa_context_options) begin with struct_size and must be
+ *    filled by their *_init function first; fields are only ever appended.
+ *
+ * Semantics follow flash-attn 2.x; see README.md and docs/semantics.md for the differences
+ * (fp32 support, any head dim 1..256, lse = -inf for fully masked rows).
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FA_BUILDING_SHARED)
+#define FA_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(FA_USING_SHARED)
+#define FA_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+#define FA_VERSION_MAJOR 0
+#define FA_VERSION_MINOR 1
+#define FA_VERSION_PATCH 0
+#define FA_VERSION_HEX ((FA_VERSION_MAJOR << 16) | (FA_VERSION_MINOR << 8) | FA_VERSION_PATCH)
+
+/* The version of the library actually loaded, as FA_VERSION_HEX. Compare it with the macro to
+ * detect a header/library mismatch. Thread-safe. */
+FA_API unsigned fa_version(void);
+
+/* The same version as "MAJOR.MINOR.PATCH". Static storage; never NULL. Thread-safe. */
+FA_API const char *fa_version_string(void);
+
+/* A one-line, human-readable description of the build: version, compiler, CPU kernels compiled
+ * in and the one chosen for this machine. Static storage; never NULL. Thread-safe. */
+FA_API const char *fa_build_info(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes
+ * ------------------------------------------------------------------------------------------- */
+
+/* XX(NAME, value, description): one list generates the enum, fa_status_name and fa_strerror. */
+#define FA_STATUS_MAP(XX)                                                                          \
+    XX(OK, 0, "success")                                                                           \
+    XX(ERR_NULL_POINTER, -1, "a required pointer is NULL")                                         \
+    XX(ERR_RANK, -2, "a tensor has the wrong number of dimensions")                                \
+    XX(ERR_SHAPE, -3, "a tensor has the wrong shape")                                              \
+    XX(ERR_DTYPE, -4, "a tensor has an unsupported or mismatched dtype")                           \
+    XX(ERR_STRIDE, -5, "a tensor has invalid strides")                                             \
+    XX(ERR_OVERLAP, -6, "an output overlaps an input or another output")                           \
+    XX(ERR_VALUE, -7, "a parameter has an invalid value")                                          \
+    XX(ERR_DEVICE, -8, "a tensor is on an unsupported or mismatched device")                       \
+    XX(ERR_STRUCT_SIZE, -9, "a struct's struct_size is not one this library knows")                \
+    XX(ERR_NO_MEMORY, -10, "out of memory")                                                        \
+    XX(ERR_UNSUPPORTED, -11, "the configuration is not supported by this build")                   \
+    XX(ERR_INTERNAL, -12, "internal error")
+
+typedef enum fa_status {
+#define FA_STATUS_ENUM_(name, value, text) FA_##name = value,
+    FA_STATUS_MAP(FA_STATUS_ENUM_)
+#undef FA_STATUS_ENUM_
+} fa_status;
+
+/* "FA_OK", "FA_ERR_SHAPE", ...; "FA_ERR_UNKNOWN" for a value not in the list. Static storage. */
+FA_API const char *fa_status_name(fa_status status);
+
+/* A short English description of the code; "unknown status code" for a value not in the list.
+ * Static storage. Thread-safe. */
+FA_API const char *fa_strerror(fa_status status);
+
+/* The message of the calling thread's most recent failed call, e.g.
+ * "k: shape[2] (KV heads) is 3, which does not divide q's 8 heads". After a successful call it
+ * is the empty string. Thread-local storage, valid until the thread's next call into the
+ * library; never NULL. */
+FA_API const char *fa_last_error_message(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor views
+ * ------------------------------------------------------------------------------------------- */
+
+/* Element types. Stored as int32_t in structs so their size does not depend on the compiler. */
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0,  /* IEEE binary32 */
+    FA_DTYPE_F16 = 1,  /* IEEE binary16 */
+    FA_DTYPE_BF16 = 2, /* bfloat16 (the upper half of a binary32) */
+    FA_DTYPE_I32 = 3   /* int32, for cu_seqlens */
+} fa_dtype;
+
+typedef enum fa_device {
+    FA_DEVICE_CPU = 0, /* host memory */
+    FA_DEVICE_CUDA = 1 /* CUDA device memory (needs the CUDA plug-in; not in this release) */
+} fa_device;
+
+#define FA_MAX_DIMS 4
+
+/* A strided view of memory the caller owns; the library never frees or retains it.
+ * Element (i0, i1, ..) lives at data + sum_k i_k * stride[k] elements. Only the first ndim
+ * entries of shape and stride are read. Strides must be >= 0; an output may not have a zero
+ * stride along a dimension of size > 1 (two elements would share one address). */
+typedef struct fa_tensor {
+    void *data;
+    int32_t dtype;  /* fa_dtype */
+    int32_t device; /* fa_device */
+    int32_t device_index;
+    int32_t ndim; /* 1..FA_MAX_DIMS */
+    int64_t shape[FA_MAX_DIMS];
+    int64_t stride[FA_MAX_DIMS];
+} fa_tensor;
+
+/* A view of contiguous (row-major) memory of the given dtype and shape: strides are computed,
+ * device is CPU. ndim must be 1..FA_MAX_DIMS; extra shape entries are ignored. */
+FA_API fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int32_t ndim,
+                                      const int64_t *shape);
+
+/* ---------------------------------------------------------------------------------------------
+ * Context: thread pool and scratch
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fa_context fa_context;
+
+typedef struct fa_context_options {
+    uint32_t struct_size; /* sizeof(fa_context_options), set by fa_context_options_init */
+    /* Worker threads, the calling thread included. 0 = the FA_NUM_THREADS environment variable
+     * if set, else the number of CPUs this process may run on. */
+    int32_t num_threads;
+} fa_context_options;
+
+/* Fills *opts with the defaults and sets struct_size. */
+FA_API void fa_context_options_init(fa_context_options *opts);
+
+/* Creates a context owning a pool of num_threads - 1 worker threads (the caller is the last).
+ * opts may be NULL for the defaults. On success *out is the new context; on error *out is left
+ * unchanged. Errors: FA_ERR_NULL_POINTER (out), FA_ERR_STRUCT_SIZE, FA_ERR_VALUE
+ * (num_threads < 0 or > 1024, or a malformed FA_NUM_THREADS), FA_ERR_NO_MEMORY. */
+FA_API fa_status fa_context_create(const fa_context_options *opts, fa_context **out);
+
+/* Stops the context's threads and frees it. NULL is a no-op. Must not be called while another
+ * thread is inside a call that uses the context. */
+FA_API void fa_context_destroy(fa_context *ctx);
+
+/* The number of threads the context computes with (the calling thread included). NULL means the
+ * default context, which is created on first use. Returns a value >= 1. */
+FA_API int32_t fa_context_num_threads(fa_context *ctx);
+
+/* Thread safety: a context may be shared by several threads; calls that use it run one at a
+ * time (each call uses all of its threads). Passing NULL as the context uses a process-wide
+ * default context, created on first use in a thread-safe way and sized as for
+ * num_threads = 0. For concurrent independent calls, give each calling thread its own context. */
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention parameters
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fa_params {
+    uint32_t struct_size; /* sizeof(fa_params), set by fa_params_init */
+    /* Scale applied to q·k. 0 = the default 1/sqrt(D). Any other finite value is used as is. */
+    float softmax_scale;
+    /* Nonzero = causal, bottom-right aligned: key j is visible to query i iff j <= i + Sk - Sq.
+     * It forces window_right to 0 and combines with window_left. */
+    int32_t causal;
+    /* Sliding window: query i sees keys in [i + Sk - Sq - window_left, i + Sk - Sq + window_right].
+     * -1 = unbounded on that side. Values < -1 are an error. */
+    int32_t window_left;
+    int32_t window_right;
+    /* Softcap c: the score becomes c * tanh(softmax_scale * q·k / c). 0 = off; < 0 or non-finite
+     * is an error. */
+    float softcap;
+    /* ALiBi slopes, fp32 on the same device as q, shape (H) or (B, H); data == NULL = none.
+     * Adds -slope * |i + Sk - Sq - j| to the (scaled, softcapped) score. */
+    fa_tensor alibi_slopes;
+} fa_params;
+
+/* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, default scale)
+ * and sets struct_size. */
+FA_API void fa_params_init(fa_params *params);
+
+/* ---------------------------------------------------------------------------------------------
+ * Forward
+ * ------------------------------------------------------------------------------------------- */
+
+/* Attention forward over fixed-length batches: out = softmax(scale · q kᵀ + masks) v.
+ *
+ *   q    (B, Sq, H, D)    fp32 | fp16 | bf16
+ *   k    (B, Sk, Hk, D)   same dtype as q; Hk divides H (query head h uses KV head h / (H/Hk))
+ *   v    (B, Sk, Hk, D)   same dtype and shape as k
+ *   out  (B, Sq, H, D)    same dtype as q; written
+ *   lse  (B, H, Sq)       fp32, may be NULL; written with the natural-log logsumexp of each row
+ *                         of the scores (after scale, softcap and ALiBi)
+ *
+ * Dimensions are in this logical order whatever the memory layout: pass a BHSD tensor by
+ * permuting its strides. D is 1..256. Any dimension but H, Hk and D may be 0. Sk = 0 or a row
+ * with every key masked gives out = 0 and lse = -inf for that row.
+ *
+ * ctx may be NULL (the default context). params may be NULL (the defaults). No pointer is
+ * retained after the call returns. out and lse must not overlap each other or any input.
+ *
+ * Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE, FA_ERR_STRIDE,
+ * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale), FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE,
+ * FA_ERR_NO_MEMORY. On error nothing has been written. */
+FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                            const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                            const fa_tensor *lse);
+
+/* Attention forward over variable-length sequences packed along the first dimension.
+ *
+ *   q             (total_q, H, D)
+ *   k, v          (total_k, Hk, D)
+ *   cu_seqlens_q  (B + 1) int32: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b+1])
+ *   cu_seqlens_k  (B + 1) int32: likewise for keys and values; both must start at >= 0, never
+ *                 decrease and end at <= total_q / total_k
+ *   max_seqlen_q, max_seqlen_k   upper bounds on the sequence lengths (an error if exceeded)
+ *   out           (total_q, H, D), written
+ *   lse           (H, total_q) fp32, may be NULL
+ *
+ * Causal alignment, windows and ALiBi use each sequence's own lengths. Sequences may be empty.
+ * Rows of out and lse outside every sequence are written as 0 and -inf. ALiBi slopes are (H) or
+ * (B, H). Errors as fa_forward. */
+FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                                   const fa_tensor *k, const fa_tensor *v,
+                                   const fa_tensor *cu_seqlens_q, const fa_tensor *cu_seqlens_k,
+                                   int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                   const fa_tensor *out, const fa_tensor *lse);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHATTN_H */

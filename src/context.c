@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * context.c — the opaque fa_context: its thread count and pool, the lazily created default
+ * context, and the thread-count defaults (FA_NUM_THREADS, then the CPUs this process may use).
+ */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include "internal.h"
+#include "threadpool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+enum { FA_MAX_THREADS = 1024 };
+
+struct fa_context {
+    int nthreads;
+    fa__pool *pool;
+    pthread_mutex_t run_mu; /* one call at a time per context */
+};
+
+void fa_context_options_init(fa_context_options *opts) {
+    if (!opts) return;
+    *opts = (fa_context_options){.struct_size = sizeof *opts, .num_threads = 0};
+}
+
+static int available_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+fa_status fa__default_threads(int32_t *out) {
+    const char *env = getenv("FA_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        long n = strtol(env, &end, 10);
+        if (errno || *end || n < 1 || n > FA_MAX_THREADS)
+            return fa__error(FA_ERR_VALUE, "FA_NUM_THREADS is \"%.32s\"; expected an integer in 1..%d",
+                             env, FA_MAX_THREADS);
+        *out = (int32_t)n;
+        return FA_OK;
+    }
+    int n = available_cpus();
+    *out = n < FA_MAX_THREADS ? n : FA_MAX_THREADS;
+    return FA_OK;
+}
+
+fa_status fa_context_create(const fa_context_options *opts, fa_context **out) {
+    fa__clear_error();
+    if (!out) return fa__error(FA_ERR_NULL_POINTER, "out: NULL; expected a fa_context* to fill");
+    fa_context_options o;
+    fa_context_options_init(&o);
+    if (opts) {
+        if (opts->struct_size != sizeof o)
+            return fa__error(FA_ERR_STRUCT_SIZE,
+                             "opts.struct_size is %u; expected %zu (call fa_context_options_init)",
+                             opts->struct_size, sizeof o);
+        o = *opts;
+    }
+    if (o.num_threads < 0 || o.num_threads > FA_MAX_THREADS)
+        return fa__error(FA_ERR_VALUE, "opts.num_threads is %d; expected 0 (automatic) to %d",
+                         o.num_threads, FA_MAX_THREADS);
+    int32_t n = o.num_threads;
+    if (n == 0) {
+        fa_status st = fa__default_threads(&n);
+        if (st != FA_OK) return st;
+    }
+    fa_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return fa__error(FA_ERR_NO_MEMORY, "fa_context_create: out of memory");
+    ctx->nthreads = n;
+    ctx->pool = fa__pool_create(n);
+    if (!ctx->pool) {
+        free(ctx);
+        return fa__error(FA_ERR_NO_MEMORY, "fa_context_create: cannot start %d threads", n);
+    }
+    pthread_mutex_init(&ctx->run_mu, NULL);
+    *out = ctx;
+    return FA_OK;
+}
+
+void fa_context_destroy(fa_context *ctx) {
+    if (!ctx) return;
+    fa__pool_destroy(ctx->pool);
+    pthread_mutex_destroy(&ctx->run_mu);
+    free(ctx);
+}
+
+static fa_context *default_ctx;
+static fa_status default_status;
+static char default_message[256];
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void create_default(void) {
+    default_status = fa_context_create(NULL, &default_ctx);
+    if (default_status != FA_OK) {
+        /* Keep the reason for every later caller: the once-function runs only once. */
+        const char *msg = fa_last_error_message();
+        size_t i = 0;
+        for (; msg[i] && i + 1 < sizeof default_message; i++) default_message[i] = msg[i];
+        default_message[i] = '\0';
+    }
+}
+
+fa_context *fa__context_resolve(fa_context *ctx) {
+    if (ctx) return ctx;
+    pthread_once(&default_once, create_default);
+    if (!default_ctx) fa__error(default_status, "default context: %s", default_message);
+    return default_ctx;
+}
+
+int32_t fa_context_num_threads(fa_context *ctx) {
+    ctx = fa__context_resolve(ctx);
+    return ctx ? ctx->nthreads : 1;
+}
+
+int fa__context_threads(const fa_context *ctx) { return ctx->nthreads; }
+
+void fa__context_run(fa_context *ctx, int64_t ntasks, fa__task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    pthread_mutex_lock(&ctx->run_mu);
+    fa__pool_run(ctx->pool, ntasks, fn, arg);
+    pthread_mutex_unlock(&ctx->run_mu);
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ref.c — the portable microkernels: plain C, always built, the fallback on every CPU and the
+ * baseline the SIMD kernels are tested against.
+ */
+#include "../kernels.h"
+
+#include <math.h>
+
+static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+                   float *s, int64_t lds) {
+    for (int i = 0; i < m; i++) {
+        const float *qi = q + i * ldq; // qi: [d]
+        for (int j = 0; j < n; j++) {
+            const float *kj = k + j * ldk; // kj: [d]
+            float acc = 0.0f;
+            for (int t = 0; t < d; t++) acc += qi[t] * kj[t];
+            s[i * lds + j] = acc;
+        }
+    }
+}
+
+static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
+                   const float *alpha, float *o, int64_t ldo) {
+    for (int i = 0; i < m; i++) {
+        float *oi = o + i * ldo; // oi: [d]
+        const float a = alpha[i];
+        for (int t = 0; t < d; t++) oi[t] *= a;
+        for (int j = 0; j < n; j++) {
+            const float pij = p[i * ldp + j];
+            if (pij == 0.0f) continue; // masked keys contribute nothing
+            const float *vj = v + j * ldv; // vj: [d]
+            for (int t = 0; t < d; t++) oi[t] += pij * vj[t];
+        }
+    }
+}
+
+static float row_max_ref(int n, const float *x) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+static float exp2_sum_ref(int n, float *x, float m) {
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        x[j] = exp2f(x[j] - m);
+        sum += x[j];
+    }
+    return sum;
+}
+
+const fa__cpu_kernels fa__cpu_kernels_ref = {
+    .name = "ref",
+    .qk = qk_ref,
+    .pv = pv_ref,
+    .row_max = row_max_ref,
+    .exp2_sum = exp2_sum_ref,
+};

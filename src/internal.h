@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h — declarations shared inside libflashattn (never installed). Internal non-static
+ * names use the fa__ prefix.
+ */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include "flashattn.h"
+
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define FA__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define FA__PRINTF(fmt, args)
+#endif
+
+/* Records the calling thread's error message (printf-style) and returns status. */
+fa_status fa__error(fa_status status, const char *fmt, ...) FA__PRINTF(2, 3);
+
+/* Clears the calling thread's error message (at the start of every entry point). */
+void fa__clear_error(void);
+
+/* Bytes per element of a dtype, 0 for an unknown dtype. */
+int fa__dtype_size(int32_t dtype);
+
+/* "f32", "f16", "bf16", "i32" or "unknown". */
+const char *fa__dtype_name(int32_t dtype);
+
+/* ---- context and thread pool ---- */
+
+typedef struct fa__pool fa__pool;
+
+/* A task body: runs task `task` (0 <= task < ntasks) on worker `worker` (0 <= worker < nthreads). */
+typedef void (*fa__task_fn)(void *arg, int64_t task, int worker);
+
+/* The context behind a (possibly NULL) handle; creates the default context on first use.
+ * Returns NULL (with the error recorded) when it cannot be created. */
+fa_context *fa__context_resolve(fa_context *ctx);
+
+/* Runs tasks 0..ntasks-1 on the context's threads, each task exactly once, in an order and on
+ * threads that are unspecified; returns when all are done. Calls on one context are serialized. */
+void fa__context_run(fa_context *ctx, int64_t ntasks, fa__task_fn fn, void *arg);
+
+int fa__context_threads(const fa_context *ctx);
+
+/* Resolves num_threads = 0 through FA_NUM_THREADS and the CPUs available. Returns FA_OK and sets
+ * *out, or an error for a malformed FA_NUM_THREADS. */
+fa_status fa__default_threads(int32_t *out);
+
+#endif /* FA_INTERNAL_H */

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * problem.h — one attention call after validation: sizes, strided views and the resolved
+ * parameters, in a form every backend reads. Fixed-length and varlen calls share it: a batch b
+ * starts at row row0(b) of its tensors and has its own Sq/Sk.
+ */
+#ifndef FA_PROBLEM_H
+#define FA_PROBLEM_H
+
+#include <stdint.h>
+
+/* A validated strided view: element (b, s, h, d) is at data + b*sb + s*ss + h*sh + d*sd. */
+typedef struct fa__view {
+    void *data;
+    int32_t dtype;
+    int64_t sb, ss, sh, sd;
+} fa__view;
+
+typedef struct fa__problem {
+    int64_t B, H, Hk, D;
+    /* Fixed length: every batch has Sq queries and Sk keys and cu_q == cu_k == NULL.
+     * Varlen: batch b has rows [cu_q[b], cu_q[b+1]) and keys [cu_k[b], cu_k[b+1]);
+     * the views' sb is 0 and total_q is the number of rows of q/out. */
+    int64_t Sq, Sk;
+    const int32_t *cu_q, *cu_k;
+    int64_t total_q;
+
+    fa__view q, k, v, out;
+    /* lse: element (b, h, s) at lse + b*lse_sb + h*lse_sh + s*lse_ss; NULL = not requested. */
+    float *lse;
+    int64_t lse_sb, lse_sh, lse_ss;
+
+    float scale;      /* resolved: never the 0 "default" marker */
+    int32_t causal;   /* already folded into window_right */
+    int32_t window_left, window_right; /* -1 = unbounded */
+    float softcap;    /* 0 = off */
+    const float *alibi; /* NULL = none; slope of (b, h) at alibi[b*alibi_sb + h*alibi_sh] */
+    int64_t alibi_sb, alibi_sh;
+} fa__problem;
+
+/* Batch b's first row and its lengths. */
+static inline int64_t fa__row0_q(const fa__problem *p, int64_t b) { return p->cu_q ? p->cu_q[b] : 0; }
+static inline int64_t fa__row0_k(const fa__problem *p, int64_t b) { return p->cu_k ? p->cu_k[b] : 0; }
+static inline int64_t fa__seqlen_q(const fa__problem *p, int64_t b) {
+    return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->Sq;
+}
+static inline int64_t fa__seqlen_k(const fa__problem *p, int64_t b) {
+    return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->Sk;
+}
+
+#endif /* FA_PROBLEM_H */

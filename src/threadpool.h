@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * threadpool.h — a persistent pool of pthreads that runs a batch of independent tasks, handed
+ * out one at a time from an atomic counter.
+ */
+#ifndef FA_THREADPOOL_H
+#define FA_THREADPOOL_H
+
+#include "internal.h"
+
+/* A pool whose batches run on `nthreads` threads: nthreads - 1 workers plus the caller.
+ * Returns NULL when threads or memory cannot be had. */
+fa__pool *fa__pool_create(int nthreads);
+
+/* Joins the workers and frees the pool. NULL is a no-op. */
+void fa__pool_destroy(fa__pool *pool);
+
+/* Runs fn(arg, task, worker) for task = 0..ntasks-1 and returns when all are done. Not
+ * reentrant: one batch at a time per pool (the context serializes). */
+void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg);
+
+#endif /* FA_THREADPOOL_H */

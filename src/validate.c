@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * validate.c — argument checks shared by the entry points: tensor views (rank, shape, strides,
+ * pointers, device), output aliasing, and the attention parameters.
+ */
+#include "validate.h"
+
+#include <math.h>
+#include <stddef.h>
+
+int fa__dtype_size(int32_t dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F32: return 4;
+    case FA_DTYPE_F16: return 2;
+    case FA_DTYPE_BF16: return 2;
+    case FA_DTYPE_I32: return 4;
+    }
+    return 0;
+}
+
+const char *fa__dtype_name(int32_t dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F32: return "f32";
+    case FA_DTYPE_F16: return "f16";
+    case FA_DTYPE_BF16: return "bf16";
+    case FA_DTYPE_I32: return "i32";
+    }
+    return "unknown";
+}
+
+fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int32_t ndim, const int64_t *shape) {
+    fa_tensor t = {.data = data, .dtype = dtype, .device = FA_DEVICE_CPU, .ndim = ndim};
+    if (ndim < 1 || ndim > FA_MAX_DIMS || !shape) return t;
+    int64_t stride = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        t.shape[i] = shape[i];
+        t.stride[i] = stride;
+        stride *= shape[i] > 0 ? shape[i] : 1;
+    }
+    return t;
+}
+
+/* Would two distinct elements of the view share an address? Sufficient test: ordered by
+ * stride, each dimension's stride must exceed the span of all smaller-stride dimensions. */
+static int aliases_itself(const fa_tensor *t) {
+    int order[FA_MAX_DIMS], n = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] > 1) order[n++] = i;
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && t->stride[order[b]] < t->stride[order[b - 1]]; b--) {
+            int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    int64_t span = 0;
+    for (int a = 0; a < n; a++) {
+        const int64_t s = t->stride[order[a]];
+        if (s <= span) return 1;
+        span += (t->shape[order[a]] - 1) * s; /* cannot overflow: the extent was checked */
+    }
+    return 0;
+}
+
+fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const char *dims,
+                         int is_output, fa__span *span) {
+    if (!t) return fa__error(FA_ERR_NULL_POINTER, "%s: NULL; expected a tensor %s", name, dims);
+    if (t->ndim != ndim)
+        return fa__error(FA_ERR_RANK, "%s: ndim is %d; expected %d %s", name, t->ndim, ndim, dims);
+    const int esize = fa__dtype_size(t->dtype);
+    if (esize == 0)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype %d is not a fa_dtype", name, t->dtype);
+    if (t->device == FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_DEVICE,
+                         "%s: is on a CUDA device, but this build has no CUDA plug-in; pass host "
+                         "memory (device = FA_DEVICE_CPU)", name);
+    if (t->device != FA_DEVICE_CPU)
+        return fa__error(FA_ERR_DEVICE, "%s: device %d is not a fa_device", name, t->device);
+
+    int empty = 0;
+    int64_t extent = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (t->shape[i] < 0)
+            return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected >= 0 %s", name, i,
+                             (long long)t->shape[i], dims);
+        if (t->stride[i] < 0)
+            return fa__error(FA_ERR_STRIDE, "%s: stride[%d] is %lld; strides must be >= 0", name,
+                             i, (long long)t->stride[i]);
+        empty |= t->shape[i] == 0;
+    }
+    if (empty) {
+        *span = (fa__span){0, 0, name};
+        return FA_OK;
+    }
+    int64_t bytes;
+    for (int i = 0; i < ndim; i++) {
+        int64_t step;
+        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &step) ||
+            __builtin_add_overflow(extent, step, &extent))
+            return fa__error(FA_ERR_STRIDE, "%s: stride[%d] = %lld puts elements beyond the "
+                             "addressable range", name, i, (long long)t->stride[i]);
+    }
+    if (__builtin_add_overflow(extent, 1, &bytes) || __builtin_mul_overflow(bytes, esize, &bytes) ||
+        bytes > (int64_t)PTRDIFF_MAX)
+        return fa__error(FA_ERR_STRIDE, "%s: shape and strides span more than the addressable "
+                         "range", name);
+    if (!t->data)
+        return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL for a non-empty tensor", name);
+    const uintptr_t begin = (uintptr_t)t->data;
+    if (begin + (uintptr_t)bytes < begin)
+        return fa__error(FA_ERR_STRIDE, "%s: data + extent wraps around the address space", name);
+    if (is_output && aliases_itself(t))
+        return fa__error(FA_ERR_STRIDE, "%s: strides (%lld, %lld, %lld, %lld) make two elements "
+                         "share an address", name, (long long)t->stride[0],
+                         (long long)(ndim > 1 ? t->stride[1] : 0),
+                         (long long)(ndim > 2 ? t->stride[2] : 0),
+                         (long long)(ndim > 3 ? t->stride[3] : 0));
+    *span = (fa__span){begin, begin + (uintptr_t)bytes, name};
+    return FA_OK;
+}
+
+static int spans_meet(const fa__span *a, const fa__span *b) {
+    return a->begin < a->end && b->begin < b->end && a->begin < b->end && b->begin < a->end;
+}
+
+fa_status fa__check_overlap(const fa__span *outputs, int n_outputs, const fa__span *inputs,
+                            int n_inputs) {
+    for (int i = 0; i < n_outputs; i++) {
+        for (int j = 0; j < n_inputs; j++)
+            if (spans_meet(&outputs[i], &inputs[j]))
+                return fa__error(FA_ERR_OVERLAP, "%s: overlaps the input %s; outputs need memory "
+                                 "of their own", outputs[i].name, inputs[j].name);
+        for (int j = i + 1; j < n_outputs; j++)
+            if (spans_meet(&outputs[i], &outputs[j]))
+                return fa__error(FA_ERR_OVERLAP, "%s: overlaps the output %s", outputs[i].name,
+                                 outputs[j].name);
+    }
+    return FA_OK;
+}
+
+fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
+    fa_params d;
+    fa_params_init(&d);
+    if (params) {
+        if (params->struct_size != sizeof d)
+            return fa__error(FA_ERR_STRUCT_SIZE, "params.struct_size is %u; expected %zu (call "
+                             "fa_params_init first)", params->struct_size, sizeof d);
+        d = *params;
+    }
+    if (!isfinite(d.softmax_scale))
+        return fa__error(FA_ERR_VALUE, "params.softmax_scale is %g; expected a finite value "
+                         "(0 = the default 1/sqrt(D))", (double)d.softmax_scale);
+    if (d.window_left < -1)
+        return fa__error(FA_ERR_VALUE, "params.window_left is %d; expected -1 (unbounded) or >= 0",
+                         d.window_left);
+    if (d.window_right < -1)
+        return fa__error(FA_ERR_VALUE, "params.window_right is %d; expected -1 (unbounded) or >= 0",
+                         d.window_right);
+    if (!isfinite(d.softcap) || d.softcap < 0.0f)
+        return fa__error(FA_ERR_VALUE, "params.softcap is %g; expected 0 (off) or a finite value "
+                         "> 0", (double)d.softcap);
+    p->scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->D));
+    p->causal = d.causal != 0;
+    p->window_left = d.window_left;
+    p->window_right = p->causal ? 0 : d.window_right;
+    p->softcap = d.softcap;
+    return FA_OK;
+}
+
+fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span) {
+    *span = (fa__span){0, 0, "params.alibi_slopes"};
+    if (!params || !params->alibi_slopes.data) return FA_OK;
+    const fa_tensor *a = &params->alibi_slopes;
+    const char *name = "params.alibi_slopes";
+    if (a->ndim != 1 && a->ndim != 2)
+        return fa__error(FA_ERR_RANK, "%s: ndim is %d; expected 1 (H) or 2 (B, H)", name, a->ndim);
+    fa_status st = fa__check_view(a, name, a->ndim, a->ndim == 1 ? "(H)" : "(B, H)", 0, span);
+    if (st != FA_OK) return st;
+    if (a->dtype != FA_DTYPE_F32)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected f32", name,
+                         fa__dtype_name(a->dtype));
+    if (a->ndim == 1 && a->shape[0] != p->H)
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (H) = (%lld) or (B, H) = "
+                         "(%lld, %lld)", name, (long long)a->shape[0], (long long)p->H,
+                         (long long)p->B, (long long)p->H);
+    if (a->ndim == 2 && (a->shape[0] != p->B || a->shape[1] != p->H))
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld, %lld); expected (B, H) = (%lld, %lld) "
+                         "or (H) = (%lld)", name, (long long)a->shape[0], (long long)a->shape[1],
+                         (long long)p->B, (long long)p->H, (long long)p->H);
+    p->alibi = a->data;
+    p->alibi_sb = a->ndim == 2 ? a->stride[0] : 0;
+    p->alibi_sh = a->stride[a->ndim - 1];
+    return FA_OK;
+}

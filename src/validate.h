@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * validate.h — checks of tensor views and parameters shared by every entry point. Each check
+ * records a message naming the argument and returns its status; none writes to a tensor.
+ */
+#ifndef FA_VALIDATE_H
+#define FA_VALIDATE_H
+
+#include "internal.h"
+#include "problem.h"
+
+/* The bytes a view spans, for overlap checks; empty when the view has no elements. */
+typedef struct fa__span {
+    uintptr_t begin, end;
+    const char *name;
+} fa__span;
+
+/* A view of rank `ndim` on the CPU with non-negative shape and strides whose addresses do not
+ * overflow, and non-NULL data unless it is empty. `dims` names the dimensions for messages,
+ * e.g. "(B, Sq, H, D)". An output must also not map two elements to one address. */
+fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const char *dims,
+                         int is_output, fa__span *span);
+
+/* An error unless every output span is disjoint from every other span. */
+fa_status fa__check_overlap(const fa__span *outputs, int n_outputs, const fa__span *inputs,
+                            int n_inputs);
+
+/* Resolves params (NULL = defaults) into p->scale, window, softcap, and checks their values.
+ * Needs p->D. ALiBi is checked separately, once B and H are known. */
+fa_status fa__resolve_params(const fa_params *params, fa__problem *p);
+
+/* Checks params->alibi_slopes against (H) or (B, H) and fills p->alibi; records its span. */
+fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span);
+
+#endif /* FA_VALIDATE_H */
