@@ -46,18 +46,18 @@ typedef struct fwd_plan {
 
 static size_t round_up(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALIGN; }
 
-/* One row of n elements of any dtype, stride `stride`, into fp32 times `scale`. */
-static void load_row(float *dst, const void *src, int32_t dtype, int64_t n, int64_t stride,
-                     float scale) {
+/* n elements of any dtype (stride `stride`) into fp32 times `scale` at dst[t * ld]. */
+static void load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
+                     int64_t stride, float scale) {
     if (dtype == FA_DTYPE_F32) {
         const float *s = src;
-        for (int64_t t = 0; t < n; t++) dst[t] = s[t * stride] * scale;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = s[t * stride] * scale;
     } else if (dtype == FA_DTYPE_F16) {
         const uint16_t *s = src;
-        for (int64_t t = 0; t < n; t++) dst[t] = fa__f16_to_f32(s[t * stride]) * scale;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__f16_to_f32(s[t * stride]) * scale;
     } else {
         const uint16_t *s = src;
-        for (int64_t t = 0; t < n; t++) dst[t] = fa__bf16_to_f32(s[t * stride]) * scale;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__bf16_to_f32(s[t * stride]) * scale;
     }
 }
 
@@ -93,17 +93,23 @@ static int64_t key_hi(const fa__problem *p, int64_t i, int64_t off, int64_t sk) 
     return hi < sk ? hi : sk;
 }
 
-/* A block of keys as fp32 rows: the tensor itself when it already is fp32 with unit-stride
- * rows, else converted into `pack`. Returns the rows and sets *ld to their stride. */
+/* n keys (or values) of KV head hk from row `row0` as fp32: rows [n, D] (ld = D) when
+ * transposed == 0, else Kᵀ [D, n] (ld = FA_BC). fp32 rows with unit stride are used in place. */
 static const float *kv_block(const fa__problem *p, const fa__view *x, int64_t b, int64_t row0,
-                             int64_t hk, int64_t n, float *pack, int64_t *ld) {
-    if (x->dtype == FA_DTYPE_F32 && x->sd == 1) {
+                             int64_t hk, int64_t n, int transposed, float *pack, int64_t *ld) {
+    if (!transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1) {
         *ld = x->ss;
         return elem(x, b, row0, hk);
     }
-    for (int64_t j = 0; j < n; j++)
-        load_row(pack + j * p->D, elem(x, b, row0 + j, hk), x->dtype, p->D, x->sd, 1.0f);
-    *ld = p->D;
+    if (!transposed) {
+        for (int64_t j = 0; j < n; j++)
+            load_f32(pack + j * p->D, 1, elem(x, b, row0 + j, hk), x->dtype, p->D, x->sd, 1.0f);
+        *ld = p->D;
+        return pack;
+    }
+    for (int64_t j = 0; j < n; j++) /* a column of Kᵀ per key */
+        load_f32(pack + j, FA_BC, elem(x, b, row0 + j, hk), x->dtype, p->D, x->sd, 1.0f);
+    *ld = FA_BC;
     return pack;
 }
 
@@ -155,7 +161,7 @@ static void fwd_task(void *arg, int64_t task, int worker) {
 
     for (int64_t r = 0; r < R; r++) {
         const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
-        load_row(Q + r * D, elem(&p->q, b, rq + i, h), p->q.dtype, D, p->q.sd, pl->qscale);
+        load_f32(Q + r * D, 1, elem(&p->q, b, rq + i, h), p->q.dtype, D, p->q.sd, pl->qscale);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
@@ -166,9 +172,9 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
         int64_t ldk, ldv;
-        const float *K = kv_block(p, &p->k, b, rk + j0, hk, n, Kpack, &ldk); // K: [n, D]
-        const float *V = kv_block(p, &p->v, b, rk + j0, hk, n, Vpack, &ldv); // V: [n, D]
-        kern->qk((int)R, (int)n, (int)D, Q, D, K, ldk, S, FA_BC);
+        const float *Kt = kv_block(p, &p->k, b, rk + j0, hk, n, 1, Kpack, &ldk); // Kt: [D, n]
+        const float *V = kv_block(p, &p->v, b, rk + j0, hk, n, 0, Vpack, &ldv);  // V: [n, D]
+        kern->qk((int)R, (int)n, (int)D, Q, D, Kt, ldk, S, FA_BC);
 
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = j0 < key_lo(p, i0 + nr - 1, off) || j0 + n > key_hi(p, i0, off, sk);

@@ -12,8 +12,9 @@
 typedef struct fa__cpu_kernels {
     const char *name; /* "ref", "avx2", ... as accepted by FA_CPU_ISA */
 
-    /* S = Q Kᵀ.  Q: [m, d] (row stride ldq), K: [n, d] (row stride ldk), S: [m, n] (ldS). */
-    void (*qk)(int m, int n, int d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+    /* S = Q Kᵀ.  Q: [m, d] (row stride ldq), Kt: [d, n] (K packed transposed, row stride ldk),
+     * S: [m, n] (row stride lds). */
+    void (*qk)(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                float *s, int64_t lds);
 
     /* O = diag(alpha) O + P V.  P: [m, n] (ldp), V: [n, d] (ldv), alpha: [m], O: [m, d] (ldo). */

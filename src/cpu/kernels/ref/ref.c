@@ -7,15 +7,18 @@
 
 #include <math.h>
 
-static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *k, int64_t ldk,
+/* Row i of S accumulates d rank-1 updates along unit-stride rows of Kt, which compilers
+ * vectorize without reassociating a reduction. */
+static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                    float *s, int64_t lds) {
     for (int i = 0; i < m; i++) {
         const float *qi = q + i * ldq; // qi: [d]
-        for (int j = 0; j < n; j++) {
-            const float *kj = k + j * ldk; // kj: [d]
-            float acc = 0.0f;
-            for (int t = 0; t < d; t++) acc += qi[t] * kj[t];
-            s[i * lds + j] = acc;
+        float *si = s + i * lds;       // si: [n]
+        for (int j = 0; j < n; j++) si[j] = 0.0f;
+        for (int t = 0; t < d; t++) {
+            const float a = qi[t];
+            const float *kt_t = kt + t * ldk; // kt_t: [n]
+            for (int j = 0; j < n; j++) si[j] += a * kt_t[j];
         }
     }
 }
