@@ -108,7 +108,8 @@ typedef enum fa_dtype {
     FA_DTYPE_F32 = 0,  /* IEEE binary32 */
     FA_DTYPE_F16 = 1,  /* IEEE binary16 */
     FA_DTYPE_BF16 = 2, /* bfloat16 (the upper half of a binary32) */
-    FA_DTYPE_I32 = 3   /* int32, for cu_seqlens */
+    FA_DTYPE_I32 = 3,  /* int32, for cu_seqlens */
+    FA_DTYPE_U8 = 4    /* uint8, for the dropout mask */
 } fa_dtype;
 
 typedef enum fa_device {
@@ -193,6 +194,14 @@ typedef struct fa_params {
     /* ALiBi slopes, fp32 on the same device as q, shape (H) or (B, H); data == NULL = none.
      * Adds -slope * |i + Sk - Sq - j| to the (scaled, softcapped) score. */
     fa_tensor alibi_slopes;
+    /* Dropout on the normalized probabilities: each is dropped with probability dropout_p and
+     * kept ones are scaled by 1/(1 - dropout_p). 0 = off; must be in [0, 1). The mask is a pure
+     * function of (dropout_seed, dropout_offset, batch, head, row, column) through
+     * Philox-4x32-10, so the backward, fa_dropout_mask and the CUDA plug-in reproduce it exactly,
+     * on any thread count. The forward's lse ignores dropout. */
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 } fa_params;
 
 /* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, default scale)
@@ -245,6 +254,44 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
                                    const fa_tensor *cu_seqlens_q, const fa_tensor *cu_seqlens_k,
                                    int64_t max_seqlen_q, int64_t max_seqlen_k,
                                    const fa_tensor *out, const fa_tensor *lse);
+
+/* ---------------------------------------------------------------------------------------------
+ * Backward
+ * ------------------------------------------------------------------------------------------- */
+
+/* Gradients of fa_forward: from q, k, v, the forward's out and lse, and dout = dL/dout, computes
+ * dq = dL/dq, dk = dL/dk and dv = dL/dv, for every feature of the forward (causal, window, ALiBi,
+ * softcap, GQA, dropout with the same params as the forward).
+ *
+ *   q, out, dout, dq   (B, Sq, H, D)   one dtype (fp32 | fp16 | bf16) for every tensor but lse
+ *   k, v, dk, dv       (B, Sk, Hk, D)
+ *   lse                (B, H, Sq) fp32, as written by fa_forward with the same params
+ *
+ * Accumulation is fp32 and GQA gradients are summed over the query heads of each KV head without
+ * an H-sized temporary. Memory is O(threads x blocks) plus an fp32 (B, H, Sq) buffer. Results are
+ * bitwise identical for every thread count (no atomics). dq, dk, dv must not overlap any input or
+ * each other. Errors as fa_forward; lse is required. */
+FA_API fa_status fa_backward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                             const fa_tensor *dout, const fa_tensor *lse, const fa_tensor *dq,
+                             const fa_tensor *dk, const fa_tensor *dv);
+
+/* Gradients of fa_varlen_forward: the tensors of fa_backward in varlen layout (q, out, dout, dq
+ * (total_q, H, D); k, v, dk, dv (total_k, Hk, D); lse (H, total_q)) with the forward's
+ * cu_seqlens and max_seqlen. Rows outside every sequence get zero gradients. */
+FA_API fa_status fa_varlen_backward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                                    const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                                    const fa_tensor *dout, const fa_tensor *lse,
+                                    const fa_tensor *cu_seqlens_q, const fa_tensor *cu_seqlens_k,
+                                    int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                    const fa_tensor *dq, const fa_tensor *dk, const fa_tensor *dv);
+
+/* The dropout mask the forward and backward use for params (dropout_p, dropout_seed,
+ * dropout_offset): mask (B, H, Sq, Sk) uint8 gets 1 where the probability at (b, h, i, j) is kept
+ * and 0 where it is dropped. For varlen, sequence b's mask is mask[b, h, :Sq_b, :Sk_b].
+ * dropout_p = 0 gives all ones. Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_DTYPE,
+ * FA_ERR_STRIDE, FA_ERR_VALUE, FA_ERR_STRUCT_SIZE, FA_ERR_DEVICE. */
+FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask);
 
 #ifdef __cplusplus
 }

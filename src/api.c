@@ -21,45 +21,63 @@ void fa_params_init(fa_params *params) {
     };
 }
 
-/* Dimension positions shared by both layouts: fixed (B, S, H, D) and varlen (total, H, D). */
-typedef struct layout {
-    int ndim;
-    const char *q_dims, *kv_dims;
-} layout;
+/* The tensors of one call. Forward: out and lse are outputs; backward: they are inputs and
+ * dq, dk, dv are the outputs. Varlen calls have cu_q/cu_k and no batch dimension. */
+typedef struct call {
+    int backward, varlen;
+    const fa_tensor *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv, *cu_q, *cu_k;
+    int64_t max_seqlen_q, max_seqlen_k;
+} call;
 
-static fa__view make_view(const fa_tensor *t, int varlen) {
-    fa__view v = {.data = t->data, .dtype = t->dtype};
-    const int o = varlen ? -1 : 0; /* varlen has no batch dimension */
-    v.sb = varlen ? 0 : t->stride[0];
-    v.ss = t->stride[1 + o];
-    v.sh = t->stride[2 + o];
-    v.sd = t->stride[3 + o];
-    return v;
+enum { MAX_SPANS = 9 };
+
+typedef struct spans {
+    fa__span in[MAX_SPANS], out[MAX_SPANS];
+    int n_in, n_out;
+} spans;
+
+static fa__span *add_span(spans *sp, int is_output) {
+    return is_output ? &sp->out[sp->n_out++] : &sp->in[sp->n_in++];
 }
 
-/* q, k, v, out: ranks, dtypes, shapes and head counts; fills p's sizes and views, the spans
- * of q, k, v in ins[0..2] and of out in *out_span. */
-static fa_status check_qkv(const fa_tensor *q, const fa_tensor *k, const fa_tensor *v,
-                           const fa_tensor *out, const layout *lay, fa__problem *p,
-                           fa__span ins[3], fa__span *out_span) {
+static fa__view make_view(const fa_tensor *t, int varlen) {
+    const int o = varlen ? -1 : 0; /* varlen has no batch dimension */
+    return (fa__view){.data = t->data, .dtype = t->dtype, .sb = varlen ? 0 : t->stride[0],
+                      .ss = t->stride[1 + o], .sh = t->stride[2 + o], .sd = t->stride[3 + o]};
+}
+
+/* t must be a view like `ref` (already checked): same rank, dtype and shape. */
+static fa_status check_like(const fa_tensor *t, const char *name, const fa_tensor *ref,
+                            const char *ref_name, const char *dims, int is_output, spans *sp) {
+    fa_status st = fa__check_view(t, name, ref->ndim, dims, is_output, add_span(sp, is_output));
+    if (st != FA_OK) return st;
+    if (t->dtype != ref->dtype)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but %s is %s; they must match", name,
+                         fa__dtype_name(t->dtype), ref_name, fa__dtype_name(ref->dtype));
+    for (int i = 0; i < ref->ndim; i++)
+        if (t->shape[i] != ref->shape[i])
+            return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %s's %lld %s", name, i,
+                             (long long)t->shape[i], ref_name, (long long)ref->shape[i], dims);
+    return FA_OK;
+}
+
+/* q, k, v: ranks, dtypes, shapes and head counts; fills p's sizes. */
+static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
+    const int nd = c->varlen ? 3 : 4;
+    const char *qd = c->varlen ? "(total_q, H, D)" : "(B, Sq, H, D)";
+    const char *kd = c->varlen ? "(total_k, Hk, D)" : "(B, Sk, Hk, D)";
+    const fa_tensor *q = c->q, *k = c->k;
     fa_status st;
-    if ((st = fa__check_view(q, "q", lay->ndim, lay->q_dims, 0, &ins[0])) ||
-        (st = fa__check_view(k, "k", lay->ndim, lay->kv_dims, 0, &ins[1])) ||
-        (st = fa__check_view(v, "v", lay->ndim, lay->kv_dims, 0, &ins[2])) ||
-        (st = fa__check_view(out, "out", lay->ndim, lay->q_dims, 1, out_span)))
+    if ((st = fa__check_view(q, "q", nd, qd, 0, add_span(sp, 0))) ||
+        (st = fa__check_view(k, "k", nd, kd, 0, add_span(sp, 0))))
         return st;
     if (q->dtype != FA_DTYPE_F32 && q->dtype != FA_DTYPE_F16 && q->dtype != FA_DTYPE_BF16)
         return fa__error(FA_ERR_DTYPE, "q: dtype is %s; expected f32, f16 or bf16",
                          fa__dtype_name(q->dtype));
-    const fa_tensor *same[] = {k, v, out};
-    const char *names[] = {"k", "v", "out"};
-    for (int i = 0; i < 3; i++)
-        if (same[i]->dtype != q->dtype)
-            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; q, k, v and out must "
-                             "share one dtype", names[i], fa__dtype_name(same[i]->dtype),
-                             fa__dtype_name(q->dtype));
-
-    const int hd = lay->ndim - 2, dd = lay->ndim - 1;
+    if (k->dtype != q->dtype)
+        return fa__error(FA_ERR_DTYPE, "k: dtype is %s but q is %s; q, k, v and out must share "
+                         "one dtype", fa__dtype_name(k->dtype), fa__dtype_name(q->dtype));
+    const int hd = nd - 2, dd = nd - 1;
     p->H = q->shape[hd];
     p->Hk = k->shape[hd];
     p->D = q->shape[dd];
@@ -77,82 +95,59 @@ static fa_status check_qkv(const fa_tensor *q, const fa_tensor *k, const fa_tens
     if (k->shape[dd] != p->D)
         return fa__error(FA_ERR_SHAPE, "k: head dim (shape[%d]) is %lld; expected q's %lld", dd,
                          (long long)k->shape[dd], (long long)p->D);
-    if (lay->ndim == 4 && k->shape[0] != q->shape[0])
+    if (!c->varlen && k->shape[0] != q->shape[0])
         return fa__error(FA_ERR_SHAPE, "k: batch (shape[0]) is %lld; expected q's %lld",
                          (long long)k->shape[0], (long long)q->shape[0]);
-    for (int i = 0; i < lay->ndim; i++) {
-        if (v->shape[i] != k->shape[i])
-            return fa__error(FA_ERR_SHAPE, "v: shape[%d] is %lld; expected k's %lld", i,
-                             (long long)v->shape[i], (long long)k->shape[i]);
-        if (out->shape[i] != q->shape[i])
-            return fa__error(FA_ERR_SHAPE, "out: shape[%d] is %lld; expected q's %lld", i,
-                             (long long)out->shape[i], (long long)q->shape[i]);
-    }
-    const int varlen = lay->ndim == 3;
-    p->q = make_view(q, varlen);
-    p->k = make_view(k, varlen);
-    p->v = make_view(v, varlen);
-    p->out = make_view(out, varlen);
-    return FA_OK;
-}
-
-/* lse (NULL allowed): fp32 with the given shape. */
-static fa_status check_lse(const fa_tensor *lse, int ndim, const int64_t *shape, const char *dims,
-                           fa__span *span) {
-    *span = (fa__span){0, 0, "lse"};
-    if (!lse) return FA_OK;
-    fa_status st = fa__check_view(lse, "lse", ndim, dims, 1, span);
-    if (st != FA_OK) return st;
-    if (lse->dtype != FA_DTYPE_F32)
-        return fa__error(FA_ERR_DTYPE, "lse: dtype is %s; expected f32", fa__dtype_name(lse->dtype));
-    for (int i = 0; i < ndim; i++)
-        if (lse->shape[i] != shape[i])
-            return fa__error(FA_ERR_SHAPE, "lse: shape[%d] is %lld; expected %lld %s", i,
-                             (long long)lse->shape[i], (long long)shape[i], dims);
-    return FA_OK;
-}
-
-/* Dispatch after validation: every call so far is a CPU call. */
-static fa_status run_forward(fa_context *ctx, const fa__problem *p) {
-    ctx = fa__context_resolve(ctx);
-    if (!ctx) return FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
-    return fa__cpu_forward(ctx, p);
-}
-
-fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
-                     const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
-                     const fa_tensor *lse) {
-    fa__clear_error();
-    static const layout lay = {4, "(B, Sq, H, D)", "(B, Sk, Hk, D)"};
-    fa__problem p = {0};
-    fa__span ins[4], outs[2]; /* ins: q, k, v, alibi; outs: out, lse */
-    fa_status st = check_qkv(q, k, v, out, &lay, &p, ins, &outs[0]);
-    if (st != FA_OK) return st;
-    p.B = q->shape[0];
-    p.Sq = q->shape[1];
-    p.Sk = k->shape[1];
-    const int64_t lse_shape[3] = {p.B, p.H, p.Sq};
-    if ((st = check_lse(lse, 3, lse_shape, "(B, H, Sq)", &outs[1])) ||
-        (st = fa__resolve_params(params, &p)) || (st = fa__resolve_alibi(params, &p, &ins[3])) ||
-        (st = fa__check_overlap(outs, 2, ins, 4)))
+    if ((st = check_like(c->v, "v", k, "k", kd, 0, sp)) ||
+        (st = check_like(c->out, "out", q, "q", qd, !c->backward, sp)))
         return st;
-    if (lse) {
-        p.lse = lse->data;
-        p.lse_sb = lse->stride[0];
-        p.lse_sh = lse->stride[1];
-        p.lse_ss = lse->stride[2];
-    }
-    return run_forward(ctx, &p);
+    if (c->backward &&
+        ((st = check_like(c->dout, "dout", q, "q", qd, 0, sp)) ||
+         (st = check_like(c->dq, "dq", q, "q", qd, 1, sp)) ||
+         (st = check_like(c->dk, "dk", k, "k", kd, 1, sp)) ||
+         (st = check_like(c->dv, "dv", k, "k", kd, 1, sp))))
+        return st;
+    return FA_OK;
 }
 
-/* cu_seqlens: an int32 vector of B + 1 offsets, copied into cu[] (caller frees) and checked:
- * starts >= 0, never decreases, ends within `total` rows, no sequence longer than max_seqlen. */
+/* lse: fp32 (B, H, Sq) or varlen (H, total_q); optional only as a forward output. */
+static fa_status check_lse(const call *c, const fa__problem *p, spans *sp) {
+    if (!c->lse && !c->backward) return FA_OK;
+    if (!c->lse)
+        return fa__error(FA_ERR_NULL_POINTER, "lse: NULL; the backward needs the forward's lse");
+    const int nd = c->varlen ? 2 : 3;
+    const char *dims = c->varlen ? "(H, total_q)" : "(B, H, Sq)";
+    const int64_t shape[3] = {c->varlen ? p->H : p->B, c->varlen ? p->total_q : p->H, p->Sq};
+    fa_status st = fa__check_view(c->lse, "lse", nd, dims, !c->backward, add_span(sp, !c->backward));
+    if (st != FA_OK) return st;
+    if (c->lse->dtype != FA_DTYPE_F32)
+        return fa__error(FA_ERR_DTYPE, "lse: dtype is %s; expected f32",
+                         fa__dtype_name(c->lse->dtype));
+    for (int i = 0; i < nd; i++)
+        if (c->lse->shape[i] != shape[i])
+            return fa__error(FA_ERR_SHAPE, "lse: shape[%d] is %lld; expected %lld %s", i,
+                             (long long)c->lse->shape[i], (long long)shape[i], dims);
+    return FA_OK;
+}
+
+static fa_status check_cu_view(const fa_tensor *t, const char *name, spans *sp) {
+    fa_status st = fa__check_view(t, name, 1, "(B + 1)", 0, add_span(sp, 0));
+    if (st != FA_OK) return st;
+    if (t->dtype != FA_DTYPE_I32)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected i32", name,
+                         fa__dtype_name(t->dtype));
+    if (t->shape[0] < 1)
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (0); expected (B + 1) with B >= 0", name);
+    return FA_OK;
+}
+
+/* cu_seqlens: copied into cu[] and checked: starts >= 0, never decreases, ends within `total`
+ * rows, no sequence longer than max_seqlen. */
 static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t total,
                                  const char *total_name, int64_t max_seqlen, int32_t *cu) {
     const int64_t n = t->shape[0];
     for (int64_t i = 0; i < n; i++) cu[i] = ((const int32_t *)t->data)[i * t->stride[0]];
-    if (cu[0] < 0)
-        return fa__error(FA_ERR_VALUE, "%s[0] is %d; expected >= 0", name, cu[0]);
+    if (cu[0] < 0) return fa__error(FA_ERR_VALUE, "%s[0] is %d; expected >= 0", name, cu[0]);
     for (int64_t i = 1; i < n; i++) {
         if (cu[i] < cu[i - 1])
             return fa__error(FA_ERR_VALUE, "%s decreases at index %lld (%d after %d); offsets "
@@ -168,64 +163,123 @@ static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t t
     return FA_OK;
 }
 
-static fa_status check_cu_view(const fa_tensor *t, const char *name, fa__span *span) {
-    fa_status st = fa__check_view(t, name, 1, "(B + 1)", 0, span);
+/* Every check of a call, then the problem description. On success with varlen, *cu holds the
+ * copied offsets (the caller frees it). Nothing is written to any tensor. */
+static fa_status prepare(const fa_params *params, const call *c, fa__problem *p, int32_t **cu) {
+    spans sp = {.n_in = 0};
+    fa__span alibi_span;
+    fa_status st = check_qkv(c, p, &sp);
     if (st != FA_OK) return st;
-    if (t->dtype != FA_DTYPE_I32)
-        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected i32", name,
-                         fa__dtype_name(t->dtype));
-    if (t->shape[0] < 1)
-        return fa__error(FA_ERR_SHAPE, "%s: shape is (0); expected (B + 1) with B >= 0", name);
+    if (c->varlen) {
+        if ((st = check_cu_view(c->cu_q, "cu_seqlens_q", &sp)) ||
+            (st = check_cu_view(c->cu_k, "cu_seqlens_k", &sp)))
+            return st;
+        if (c->cu_k->shape[0] != c->cu_q->shape[0])
+            return fa__error(FA_ERR_SHAPE, "cu_seqlens_k: shape is (%lld); expected cu_seqlens_q's"
+                             " (%lld)", (long long)c->cu_k->shape[0], (long long)c->cu_q->shape[0]);
+        if (c->max_seqlen_q < 0 || c->max_seqlen_k < 0)
+            return fa__error(FA_ERR_VALUE, "%s is %lld; expected >= 0",
+                             c->max_seqlen_q < 0 ? "max_seqlen_q" : "max_seqlen_k",
+                             (long long)(c->max_seqlen_q < 0 ? c->max_seqlen_q : c->max_seqlen_k));
+        p->B = c->cu_q->shape[0] - 1;
+        p->Sq = c->max_seqlen_q;
+        p->Sk = c->max_seqlen_k;
+        p->total_q = c->q->shape[0];
+        p->total_k = c->k->shape[0];
+    } else {
+        p->B = c->q->shape[0];
+        p->Sq = c->q->shape[1];
+        p->Sk = c->k->shape[1];
+    }
+    if ((st = check_lse(c, p, &sp)) || (st = fa__resolve_params(params, p)) ||
+        (st = fa__resolve_alibi(params, p, &alibi_span)))
+        return st;
+    sp.in[sp.n_in++] = alibi_span;
+    if ((st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in))) return st;
+
+    if (c->varlen) {
+        *cu = malloc(2 * (size_t)(p->B + 1) * sizeof **cu);
+        if (!*cu) return fa__error(FA_ERR_NO_MEMORY, "cu_seqlens: out of memory");
+        if ((st = read_cu_seqlens(c->cu_q, "cu_seqlens_q", p->total_q, "q", c->max_seqlen_q,
+                                  *cu)) ||
+            (st = read_cu_seqlens(c->cu_k, "cu_seqlens_k", p->total_k, "k", c->max_seqlen_k,
+                                  *cu + p->B + 1))) {
+            free(*cu);
+            *cu = NULL;
+            return st;
+        }
+        p->cu_q = *cu;
+        p->cu_k = *cu + p->B + 1;
+    }
+    p->q = make_view(c->q, c->varlen);
+    p->k = make_view(c->k, c->varlen);
+    p->v = make_view(c->v, c->varlen);
+    p->out = make_view(c->out, c->varlen);
+    if (c->backward) {
+        p->dout = make_view(c->dout, c->varlen);
+        p->dq = make_view(c->dq, c->varlen);
+        p->dk = make_view(c->dk, c->varlen);
+        p->dv = make_view(c->dv, c->varlen);
+    }
+    if (c->lse) {
+        p->lse = c->lse->data;
+        p->lse_sb = c->varlen ? 0 : c->lse->stride[0];
+        p->lse_sh = c->lse->stride[c->varlen ? 0 : 1];
+        p->lse_ss = c->lse->stride[c->varlen ? 1 : 2];
+    }
     return FA_OK;
+}
+
+/* Validates, then runs the call on its backend. */
+static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
+    fa__clear_error();
+    fa__problem p = {0};
+    int32_t *cu = NULL;
+    fa_status st = prepare(params, c, &p, &cu);
+    if (st == FA_OK) {
+        ctx = fa__context_resolve(ctx);
+        if (!ctx) st = FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
+        else st = c->backward ? fa__cpu_backward(ctx, &p) : fa__cpu_forward(ctx, &p);
+    }
+    free(cu);
+    return st;
+}
+
+fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                     const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                     const fa_tensor *lse) {
+    const call c = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
+    return run(ctx, params, &c);
 }
 
 fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *cu_seqlens_q,
                             const fa_tensor *cu_seqlens_k, int64_t max_seqlen_q,
                             int64_t max_seqlen_k, const fa_tensor *out, const fa_tensor *lse) {
-    fa__clear_error();
-    static const layout lay = {3, "(total_q, H, D)", "(total_k, Hk, D)"};
-    fa__problem p = {0};
-    fa__span ins[6], outs[2]; /* ins: q, k, v, alibi, cu_seqlens_q, cu_seqlens_k */
-    fa_status st = check_qkv(q, k, v, out, &lay, &p, ins, &outs[0]);
-    if (st != FA_OK) return st;
-    if ((st = check_cu_view(cu_seqlens_q, "cu_seqlens_q", &ins[4])) ||
-        (st = check_cu_view(cu_seqlens_k, "cu_seqlens_k", &ins[5])))
-        return st;
-    if (cu_seqlens_k->shape[0] != cu_seqlens_q->shape[0])
-        return fa__error(FA_ERR_SHAPE, "cu_seqlens_k: shape is (%lld); expected cu_seqlens_q's "
-                         "(%lld)", (long long)cu_seqlens_k->shape[0],
-                         (long long)cu_seqlens_q->shape[0]);
-    if (max_seqlen_q < 0)
-        return fa__error(FA_ERR_VALUE, "max_seqlen_q is %lld; expected >= 0", (long long)max_seqlen_q);
-    if (max_seqlen_k < 0)
-        return fa__error(FA_ERR_VALUE, "max_seqlen_k is %lld; expected >= 0", (long long)max_seqlen_k);
-    p.B = cu_seqlens_q->shape[0] - 1;
-    p.Sq = max_seqlen_q;
-    p.Sk = max_seqlen_k;
-    p.total_q = q->shape[0];
-    const int64_t lse_shape[2] = {p.H, p.total_q};
-    if ((st = check_lse(lse, 2, lse_shape, "(H, total_q)", &outs[1])) ||
-        (st = fa__resolve_params(params, &p)) || (st = fa__resolve_alibi(params, &p, &ins[3])) ||
-        (st = fa__check_overlap(outs, 2, ins, 6)))
-        return st;
+    const call c = {.varlen = 1, .q = q, .k = k, .v = v, .out = out, .lse = lse,
+                    .cu_q = cu_seqlens_q, .cu_k = cu_seqlens_k, .max_seqlen_q = max_seqlen_q,
+                    .max_seqlen_k = max_seqlen_k};
+    return run(ctx, params, &c);
+}
 
-    int32_t *cu = malloc(2 * (size_t)(p.B + 1) * sizeof *cu);
-    if (!cu) return fa__error(FA_ERR_NO_MEMORY, "cu_seqlens: out of memory");
-    if ((st = read_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", p.total_q, "q", max_seqlen_q, cu)) ||
-        (st = read_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k->shape[0], "k", max_seqlen_k,
-                              cu + p.B + 1))) {
-        free(cu);
-        return st;
-    }
-    p.cu_q = cu;
-    p.cu_k = cu + p.B + 1;
-    if (lse) {
-        p.lse = lse->data;
-        p.lse_sh = lse->stride[0];
-        p.lse_ss = lse->stride[1];
-    }
-    st = run_forward(ctx, &p);
-    free(cu);
-    return st;
+fa_status fa_backward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                      const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                      const fa_tensor *dout, const fa_tensor *lse, const fa_tensor *dq,
+                      const fa_tensor *dk, const fa_tensor *dv) {
+    const call c = {.backward = 1, .q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout,
+                    .dq = dq, .dk = dk, .dv = dv};
+    return run(ctx, params, &c);
+}
+
+fa_status fa_varlen_backward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
+                             const fa_tensor *dout, const fa_tensor *lse,
+                             const fa_tensor *cu_seqlens_q, const fa_tensor *cu_seqlens_k,
+                             int64_t max_seqlen_q, int64_t max_seqlen_k, const fa_tensor *dq,
+                             const fa_tensor *dk, const fa_tensor *dv) {
+    const call c = {.backward = 1, .varlen = 1, .q = q, .k = k, .v = v, .out = out, .lse = lse,
+                    .dout = dout, .dq = dq, .dk = dk, .dv = dv, .cu_q = cu_seqlens_q,
+                    .cu_k = cu_seqlens_k, .max_seqlen_q = max_seqlen_q,
+                    .max_seqlen_k = max_seqlen_k};
+    return run(ctx, params, &c);
 }

@@ -20,12 +20,13 @@ typedef struct fa__problem {
     int64_t B, H, Hk, D;
     /* Fixed length: every batch has Sq queries and Sk keys and cu_q == cu_k == NULL.
      * Varlen: batch b has rows [cu_q[b], cu_q[b+1]) and keys [cu_k[b], cu_k[b+1]);
-     * the views' sb is 0 and total_q is the number of rows of q/out. */
+     * the views' sb is 0 and total_q, total_k are the rows of q and k. */
     int64_t Sq, Sk;
     const int32_t *cu_q, *cu_k;
-    int64_t total_q;
+    int64_t total_q, total_k;
 
     fa__view q, k, v, out;
+    fa__view dout, dq, dk, dv; /* backward only; dout is an input like out */
     /* lse: element (b, h, s) at lse + b*lse_sb + h*lse_sh + s*lse_ss; NULL = not requested. */
     float *lse;
     int64_t lse_sb, lse_sh, lse_ss;
@@ -36,6 +37,10 @@ typedef struct fa__problem {
     float softcap;    /* 0 = off */
     const float *alibi; /* NULL = none; slope of (b, h) at alibi[b*alibi_sb + h*alibi_sh] */
     int64_t alibi_sb, alibi_sh;
+    float dropout_p;             /* 0 = off */
+    uint32_t dropout_threshold;  /* words below it drop (philox.h) */
+    float dropout_scale;         /* 1 / (1 - dropout_p) */
+    uint64_t dropout_seed, dropout_offset;
 } fa__problem;
 
 /* Batch b's first row and its lengths. */

@@ -5,6 +5,8 @@
  */
 #include "validate.h"
 
+#include "philox.h"
+
 #include <math.h>
 #include <stddef.h>
 
@@ -14,6 +16,7 @@ int fa__dtype_size(int32_t dtype) {
     case FA_DTYPE_F16: return 2;
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_I32: return 4;
+    case FA_DTYPE_U8: return 1;
     }
     return 0;
 }
@@ -24,6 +27,7 @@ const char *fa__dtype_name(int32_t dtype) {
     case FA_DTYPE_F16: return "f16";
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_I32: return "i32";
+    case FA_DTYPE_U8: return "u8";
     }
     return "unknown";
 }
@@ -158,6 +162,14 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     if (!isfinite(d.softcap) || d.softcap < 0.0f)
         return fa__error(FA_ERR_VALUE, "params.softcap is %g; expected 0 (off) or a finite value "
                          "> 0", (double)d.softcap);
+    if (!(d.dropout_p >= 0.0f && d.dropout_p < 1.0f))
+        return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; expected a probability in [0, 1)",
+                         (double)d.dropout_p);
+    p->dropout_p = d.dropout_p;
+    p->dropout_threshold = fa__dropout_threshold(d.dropout_p);
+    p->dropout_scale = (float)(1.0 / (1.0 - (double)d.dropout_p));
+    p->dropout_seed = d.dropout_seed;
+    p->dropout_offset = d.dropout_offset;
     p->scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->D));
     p->causal = d.causal != 0;
     p->window_left = d.window_left;

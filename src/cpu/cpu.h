@@ -19,4 +19,8 @@ const char *fa__cpu_kernels_note(void);
  * in which case nothing has been written. */
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p);
 
+/* Attention backward on the CPU: dq, dk, dv for every row (varlen rows outside every sequence
+ * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */
+fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);
+
 #endif /* FA_CPU_H */

@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bwd.c — the CPU backward pass, deterministic and free of atomics: every gradient element is
+ * written by exactly one task, from sums taken in a fixed order.
+ *
+ * With P = softmax(S) (S the scores after softcap, ALiBi and mask), Pd = P∘M/(1-p) the dropped
+ * probabilities (M the dropout mask) and Δ_i = Σ_d dO_id O_id:
+ *   dV = Pdᵀ dO,   dPd = dO Vᵀ,   dS = P∘(dPd∘M/(1-p) − Δ)  (∘ (1 − tanh²) with softcap),
+ *   dQ = scale · dS K,   dK = scale · dSᵀ Q.
+ * P is recomputed from the saved lse, so no O(Sq·Sk) state is kept. Three parallel passes:
+ *   0. Δ for every (batch, head, row)                            tasks: (b, h)
+ *   1. dK, dV of one block of Bc keys of one KV head, summed over  tasks: (b, hk, key block)
+ *      the query heads that share it and every query block that sees it
+ *   2. dQ of one block of Br query rows of one head               tasks: (b, h, query block)
+ * Both gradient passes build the same tile (S, P, dPd, dS: [Br, Bc]); pass 1 transposes P and dS
+ * to feed them to the microkernels as left operands.
+ */
+#include "cpu.h"
+#include "tile.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    FA_BR = 64,                                        /* query rows per tile */
+    FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC /* length of the vector of ones */
+};
+
+typedef struct bwd_plan {
+    const fa__problem *p;
+    const fa__cpu_kernels *kern;
+    int64_t g;                  /* query heads per KV head */
+    float qscale, softcap_l2;   /* fa__score_scales */
+    float *delta;               /* Δ, indexed by delta_index */
+    int64_t *start[3];          /* per pass: [B + 1] first task of each batch */
+    float *scratch;             /* [threads][scratch_floats] */
+    size_t scratch_floats;
+} bwd_plan;
+
+/* Per-worker scratch, carved in a fixed order. */
+typedef struct bwd_scratch {
+    float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout */
+    float *P, *dS;      /* [Br, Bc] */
+    float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 */
+    float *Kt, *Vt;     /* [D, Bc] */
+    float *K;           /* [Bc, D] (pass 2) */
+    float *acc1, *acc2; /* pass 1: dK, dV [Bc, D]; pass 2: dQ [Br, D] in acc1 */
+    float *lse2, *dlt;  /* [Br]: lse in the exp2 domain, Δ */
+    float *dtanh;       /* [Bc] */
+    float *ones;        /* [FA_ONES] */
+} bwd_scratch;
+
+static size_t carve(bwd_scratch *s, float *base, int64_t D) {
+    const size_t rd = fa__round_up((size_t)FA_BR * D), cd = fa__round_up((size_t)FA_BC * D);
+    const size_t rc = fa__round_up((size_t)FA_BR * FA_BC), r = fa__round_up(FA_BR);
+    const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES);
+    float *at = base;
+#define FA_TAKE(field, n) (s->field = at, at += (n))
+    FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
+    FA_TAKE(dST, rc), FA_TAKE(Kt, cd), FA_TAKE(Vt, cd), FA_TAKE(K, cd);
+    FA_TAKE(acc1, rd > cd ? rd : cd), FA_TAKE(acc2, cd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
+    FA_TAKE(dtanh, c), FA_TAKE(ones, m);
+#undef FA_TAKE
+    return (size_t)(at - base);
+}
+
+static int64_t delta_index(const fa__problem *p, int64_t b, int64_t h, int64_t i) {
+    if (p->cu_q) return h * p->total_q + p->cu_q[b] + i;
+    return (b * p->H + h) * p->Sq + i;
+}
+
+/* ---- pass 0: Δ_i = Σ_d dO_id O_id ---- */
+
+static void delta_task(void *arg, int64_t task, int worker) {
+    const bwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const int64_t b = fa__task_batch(pl->start[0], p->B, task);
+    const int64_t h = task - pl->start[0][b], rq = fa__row0_q(p, b), D = p->D;
+    float *o = pl->scratch + (size_t)worker * pl->scratch_floats, *d = o + fa__round_up((size_t)D);
+    for (int64_t i = 0; i < fa__seqlen_q(p, b); i++) {
+        fa__load_f32(o, 1, fa__elem(&p->out, b, rq + i, h), p->out.dtype, D, p->out.sd, 1.0f);
+        fa__load_f32(d, 1, fa__elem(&p->dout, b, rq + i, h), p->dout.dtype, D, p->dout.sd, 1.0f);
+        float acc = 0.0f;
+        for (int64_t t = 0; t < D; t++) acc += o[t] * d[t];
+        pl->delta[delta_index(p, b, h, i)] = acc;
+    }
+}
+
+/* ---- the shared tile ---- */
+
+/* Loads Q (pre-scaled), dO, lse (exp2 domain; +inf for rows that saw no key, so P = 0) and Δ of
+ * rows i0..i0+nr of head h. */
+static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h, int64_t i0,
+                      int64_t nr) {
+    const fa__problem *p = pl->p;
+    const int64_t rq = fa__row0_q(p, b), D = p->D;
+    for (int64_t r = 0; r < nr; r++) {
+        const int64_t i = i0 + r;
+        fa__load_f32(s->Q + r * D, 1, fa__elem(&p->q, b, rq + i, h), p->q.dtype, D, p->q.sd,
+                     pl->qscale);
+        fa__load_f32(s->dO + r * D, 1, fa__elem(&p->dout, b, rq + i, h), p->dout.dtype, D,
+                     p->dout.sd, 1.0f);
+        const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
+        s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
+        s->dlt[r] = pl->delta[delta_index(p, b, h, i)];
+    }
+}
+
+/* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt loaded): leaves Pd in s->P and dS
+ * (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc]. */
+static void tile(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h, int64_t i0,
+                 int64_t nr, int64_t j0, int64_t n) {
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
+    kern->qk((int)nr, (int)n, (int)D, s->Q, D, s->Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
+    kern->qk((int)nr, (int)n, (int)D, s->dO, D, s->Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
+    const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+    for (int64_t r = 0; r < nr; r++) {
+        float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
+        fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
+        for (int64_t j = 0; j < n; j++) pr[j] = exp2f(pr[j] - s->lse2[r]);
+        /* dP = dPd∘M/(1-p): the same mask and scale as Pd, so apply it to both. */
+        fa__dropout_row(p, b, h, i0 + r, j0, n, ds);
+        for (int64_t j = 0; j < n; j++) ds[j] = pr[j] * (ds[j] - s->dlt[r]);
+        if (pl->softcap_l2 != 0.0f)
+            for (int64_t j = 0; j < n; j++) ds[j] *= s->dtanh[j];
+        fa__dropout_row(p, b, h, i0 + r, j0, n, pr);
+    }
+}
+
+static void pack_kv(const fa__problem *p, const bwd_scratch *s, int64_t b, int64_t hk,
+                    int64_t row0, int64_t n) {
+    int64_t ld;
+    /* Pack into the scratch even when the tensor is fp32: qk reads Kᵀ and Vᵀ (ld = FA_BC). */
+    fa__kv_block(p, &p->k, b, row0, hk, n, 1, s->Kt, &ld);
+    fa__kv_block(p, &p->v, b, row0, hk, n, 1, s->Vt, &ld);
+}
+
+/* ---- pass 1: dK, dV ---- */
+
+static void dkdv_task(void *arg, int64_t task, int worker) {
+    const bwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    bwd_scratch s;
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+
+    const int64_t b = fa__task_batch(pl->start[1], p->B, task), local = task - pl->start[1][b];
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
+    const int64_t nkb = (sk + FA_BC - 1) / FA_BC, hk = local / nkb, j0 = local % nkb * FA_BC;
+    const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC, rk = fa__row0_k(p, b);
+
+    pack_kv(p, &s, b, hk, rk + j0, n);
+    memset(s.acc1, 0, (size_t)n * D * sizeof(float)); // dK: [n, D]
+    memset(s.acc2, 0, (size_t)n * D * sizeof(float)); // dV: [n, D]
+
+    /* Query rows that see any key of the block: [i_begin, i_end). */
+    int64_t i_begin = p->window_right < 0 ? 0 : j0 - off - p->window_right;
+    int64_t i_end = p->window_left < 0 ? sq : j0 + n - off + p->window_left;
+    i_begin = i_begin > 0 ? i_begin : 0;
+    i_end = i_end < sq ? i_end : sq;
+    for (int64_t hh = 0; hh < pl->g; hh++) {
+        const int64_t h = hk * pl->g + hh;
+        for (int64_t i0 = i_begin; i0 < i_end; i0 += FA_BR) {
+            const int64_t nr = i_end - i0 < FA_BR ? i_end - i0 : FA_BR;
+            load_rows(pl, &s, b, h, i0, nr);
+            tile(pl, &s, b, h, i0, nr, j0, n);
+            for (int64_t r = 0; r < nr; r++) // PT, dST: [n, nr]
+                for (int64_t j = 0; j < n; j++) {
+                    s.PT[j * FA_BR + r] = s.P[r * FA_BC + j];
+                    s.dST[j * FA_BR + r] = s.dS[r * FA_BC + j];
+                }
+            kern->pv((int)n, (int)nr, (int)D, s.dST, FA_BR, s.Q, D, s.ones, s.acc1, D);
+            kern->pv((int)n, (int)nr, (int)D, s.PT, FA_BR, s.dO, D, s.ones, s.acc2, D);
+        }
+    }
+    const float dk_scale = p->scale / pl->qscale; /* Q was loaded times qscale */
+    for (int64_t j = 0; j < n; j++) {
+        fa__store_f32(fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, s.acc1 + j * D, D,
+                      p->dk.sd, dk_scale);
+        fa__store_f32(fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, s.acc2 + j * D, D,
+                      p->dv.sd, 1.0f);
+    }
+}
+
+/* ---- pass 2: dQ ---- */
+
+static void dq_task(void *arg, int64_t task, int worker) {
+    const bwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    bwd_scratch s;
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+
+    const int64_t b = fa__task_batch(pl->start[2], p->B, task), local = task - pl->start[2][b];
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
+    const int64_t nqb = (sq + FA_BR - 1) / FA_BR, h = local / nqb, i0 = local % nqb * FA_BR;
+    const int64_t nr = sq - i0 < FA_BR ? sq - i0 : FA_BR, hk = h / pl->g;
+    const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
+
+    load_rows(pl, &s, b, h, i0, nr);
+    memset(s.acc1, 0, (size_t)nr * D * sizeof(float)); // dQ: [nr, D]
+    const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
+        const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
+        int64_t ldk;
+        pack_kv(p, &s, b, hk, rk + j0, n);
+        const float *K = fa__kv_block(p, &p->k, b, rk + j0, hk, n, 0, s.K, &ldk); // K: [n, D]
+        tile(pl, &s, b, h, i0, nr, j0, n);
+        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+    }
+    for (int64_t r = 0; r < nr; r++)
+        fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, s.acc1 + r * D, D,
+                      p->dq.sd, p->scale);
+}
+
+/* Varlen rows outside every sequence get zero gradients. */
+static void clear_outside(const fa__problem *p) {
+        fa__zero_rows(&p->dq, p->H, p->D, 0, p->cu_q[0]);
+    fa__zero_rows(&p->dq, p->H, p->D, p->cu_q[p->B], p->total_q);
+    const fa__view *kv[2] = {&p->dk, &p->dv};
+    for (int t = 0; t < 2; t++) {
+        fa__zero_rows(kv[t], p->Hk, p->D, 0, p->cu_k[0]);
+        fa__zero_rows(kv[t], p->Hk, p->D, p->cu_k[p->B], p->total_k);
+    }
+}
+
+fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
+    bwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
+    fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
+
+    bwd_scratch probe;
+    pl.scratch_floats = carve(&probe, NULL, p->D);
+    const int nthreads = fa__context_threads(ctx);
+    const size_t rows = p->cu_q ? (size_t)p->total_q : (size_t)(p->B * p->Sq);
+    pl.delta = malloc((rows * (size_t)p->H + 1) * sizeof(float));
+    pl.start[0] = malloc(3 * (size_t)(p->B + 1) * sizeof(int64_t));
+    pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
+    if (!pl.delta || !pl.start[0] || !pl.scratch) {
+        free(pl.delta);
+        free(pl.start[0]);
+        free(pl.scratch);
+        return fa__error(FA_ERR_NO_MEMORY, "backward: cannot allocate %zu bytes of scratch",
+                         (size_t)nthreads * pl.scratch_floats * sizeof(float));
+    }
+    for (int pass = 0; pass < 3; pass++) {
+        pl.start[pass] = pl.start[0] + pass * (p->B + 1);
+        pl.start[pass][0] = 0;
+    }
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
+        pl.start[0][b + 1] = pl.start[0][b] + (sq > 0 ? p->H : 0);
+        pl.start[1][b + 1] = pl.start[1][b] + p->Hk * ((sk + FA_BC - 1) / FA_BC);
+        pl.start[2][b + 1] = pl.start[2][b] + p->H * ((sq + FA_BR - 1) / FA_BR);
+    }
+    bwd_scratch s0;
+    for (int w = 0; w < nthreads; w++) { /* the ones vector never changes */
+        carve(&s0, pl.scratch + (size_t)w * pl.scratch_floats, p->D);
+        for (int t = 0; t < FA_ONES; t++) s0.ones[t] = 1.0f;
+    }
+    if (p->cu_q) clear_outside(p);
+    fa__context_run(ctx, pl.start[0][p->B], delta_task, &pl);
+    fa__context_run(ctx, pl.start[1][p->B], dkdv_task, &pl);
+    fa__context_run(ctx, pl.start[2][p->B], dq_task, &pl);
+
+    free(pl.delta);
+    free(pl.start[0]);
+    free(pl.scratch);
+    return FA_OK;
+}

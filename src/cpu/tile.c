@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tile.c — the blocking layer's shared pieces: dtype conversion of rows, K/V block packing, the
+ * score epilogue and dropout, used by fwd.c and bwd.c alike.
+ */
+#include "tile.h"
+
+#include "../convert.h"
+#include "../internal.h"
+#include "../philox.h"
+
+#include <math.h>
+#include <string.h>
+
+void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h) {
+    return (char *)x->data + (b * x->sb + s * x->ss + h * x->sh) * fa__dtype_size(x->dtype);
+}
+
+void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
+                  int64_t stride, float scale) {
+    if (dtype == FA_DTYPE_F32) {
+        const float *s = src;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = s[t * stride] * scale;
+    } else if (dtype == FA_DTYPE_F16) {
+        const uint16_t *s = src;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__f16_to_f32(s[t * stride]) * scale;
+    } else {
+        const uint16_t *s = src;
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__bf16_to_f32(s[t * stride]) * scale;
+    }
+}
+
+void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_t stride,
+                   float scale) {
+    if (dtype == FA_DTYPE_F32) {
+        float *d = dst;
+        for (int64_t t = 0; t < n; t++) d[t * stride] = src[t] * scale;
+    } else if (dtype == FA_DTYPE_F16) {
+        uint16_t *d = dst;
+        for (int64_t t = 0; t < n; t++) d[t * stride] = fa__f32_to_f16(src[t] * scale);
+    } else {
+        uint16_t *d = dst;
+        for (int64_t t = 0; t < n; t++) d[t * stride] = fa__f32_to_bf16(src[t] * scale);
+    }
+}
+
+void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end) {
+    const int size = fa__dtype_size(x->dtype);
+    for (int64_t s = begin; s < end; s++)
+        for (int64_t h = 0; h < H; h++) {
+            char *row = fa__elem(x, 0, s, h);
+            for (int64_t t = 0; t < D; t++) memset(row + t * x->sd * size, 0, (size_t)size);
+        }
+}
+
+const float *fa__kv_block(const fa__problem *p, const fa__view *x, int64_t b, int64_t row0,
+                          int64_t hk, int64_t n, int transposed, float *pack, int64_t *ld) {
+    if (!transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1) {
+        *ld = x->ss;
+        return fa__elem(x, b, row0, hk);
+    }
+    const int64_t dst_ld = transposed ? FA_BC : p->D, step = transposed ? 1 : p->D;
+    for (int64_t j = 0; j < n; j++) /* a row of K, or a column of Kᵀ */
+        fa__load_f32(pack + j * step, transposed ? FA_BC : 1, fa__elem(x, b, row0 + j, hk),
+                     x->dtype, p->D, x->sd, 1.0f);
+    *ld = dst_ld;
+    return pack;
+}
+
+void fa__score_scales(const fa__problem *p, float *qscale, float *softcap_l2) {
+    if (p->softcap > 0.0f) {
+        *qscale = p->scale / p->softcap;
+        *softcap_l2 = p->softcap * FA_LOG2E;
+    } else {
+        *qscale = p->scale * FA_LOG2E;
+        *softcap_l2 = 0.0f;
+    }
+}
+
+void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_t n, int64_t i,
+                        int64_t j0, int64_t off, int64_t sk, int64_t b, int64_t h, int masked,
+                        float *dtanh) {
+    if (softcap_l2 != 0.0f) {
+        for (int64_t j = 0; j < n; j++) {
+            const float t = tanhf(s[j]);
+            s[j] = softcap_l2 * t;
+            if (dtanh) dtanh[j] = 1.0f - t * t;
+        }
+    }
+    if (p->alibi) {
+        const float slope = p->alibi[b * p->alibi_sb + h * p->alibi_sh] * FA_LOG2E;
+        for (int64_t j = 0; j < n; j++) s[j] -= slope * fabsf((float)(i + off - (j0 + j)));
+    }
+    if (masked) {
+        const int64_t lo = fa__key_lo(p, i, off), hi = fa__key_hi(p, i, off, sk);
+        for (int64_t j = 0; j < n; j++)
+            if (j0 + j < lo || j0 + j >= hi) s[j] = -INFINITY;
+    }
+}
+
+void fa__dropout_row(const fa__problem *p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                     float *x) {
+    if (p->dropout_p == 0.0f) return;
+    const uint32_t bh = (uint32_t)(b * p->H + h);
+    for (int64_t j = j0; j < j0 + n;) {
+        const fa__philox4 w = fa__dropout_words(p->dropout_seed, p->dropout_offset, bh,
+                                                (uint32_t)i, (uint32_t)(j >> 2));
+        for (int lane = (int)(j & 3); lane < 4 && j < j0 + n; lane++, j++)
+            x[j - j0] = w.v[lane] < p->dropout_threshold ? 0.0f : x[j - j0] * p->dropout_scale;
+    }
+}

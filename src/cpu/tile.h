@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tile.h — the blocking layer's shared pieces, used by the forward and the backward: loading and
+ * storing rows of any dtype as fp32, packing K/V blocks, the causal/window band, and the score
+ * epilogue (softcap, ALiBi, mask) in the exp2 domain.
+ */
+#ifndef FA_CPU_TILE_H
+#define FA_CPU_TILE_H
+
+#include "../problem.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    FA_BC = 64,    /* keys per block */
+    FA_ALIGN = 16  /* scratch arrays start on 64-byte boundaries (16 floats) */
+};
+
+#define FA_LOG2E 1.4426950408889634f
+
+static inline size_t fa__round_up(size_t n) { return (n + FA_ALIGN - 1) / FA_ALIGN * FA_ALIGN; }
+
+/* The batch a task belongs to, given each batch's first task start[0..B] (start[B] = total);
+ * batches without tasks are skipped. */
+static inline int64_t fa__task_batch(const int64_t *start, int64_t B, int64_t task) {
+    int64_t lo = 0, hi = B; /* start[lo] <= task < start[hi] */
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        if (start[mid] <= task) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Address of element (b, s, h, 0) of a view. */
+void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h);
+
+/* n elements of any dtype (stride `stride`) into fp32 times `scale` at dst[t * ld]. */
+void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
+                  int64_t stride, float scale);
+
+/* n fp32 values times `scale` into elements of any dtype with stride `stride`. */
+void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_t stride,
+                   float scale);
+
+/* Writes zeros to rows [begin, end) of every head of a varlen view (sb = 0) with H heads. */
+void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
+
+/* n keys (or values) of head hk from row `row0` as fp32: rows [n, D] (ld = D) when
+ * transposed == 0, else [D, n] (ld = FA_BC). fp32 rows with unit stride are used in place. */
+const float *fa__kv_block(const fa__problem *p, const fa__view *x, int64_t b, int64_t row0,
+                          int64_t hk, int64_t n, int transposed, float *pack, int64_t *ld);
+
+/* Keys [key_lo, key_hi) are visible to query i of a sequence with off = Sk - Sq. */
+static inline int64_t fa__key_lo(const fa__problem *p, int64_t i, int64_t off) {
+    if (p->window_left < 0) return 0;
+    const int64_t lo = i + off - p->window_left;
+    return lo > 0 ? lo : 0;
+}
+
+static inline int64_t fa__key_hi(const fa__problem *p, int64_t i, int64_t off, int64_t sk) {
+    if (p->window_right < 0) return sk;
+    const int64_t hi = i + off + p->window_right + 1;
+    return hi < sk ? hi : sk;
+}
+
+/* Does some row of [i0, i0 + nr) see only part of keys [j0, j0 + n)? Then the block needs
+ * the mask; otherwise every row sees every key of it. */
+static inline int fa__block_masked(const fa__problem *p, int64_t i0, int64_t nr, int64_t j0,
+                                   int64_t n, int64_t off, int64_t sk) {
+    return j0 < fa__key_lo(p, i0 + nr - 1, off) || j0 + n > fa__key_hi(p, i0, off, sk);
+}
+
+/* How q is scaled when loaded so that q·k comes out in the exp2 domain (or, with softcap, as
+ * the tanh argument), and the softcap factor c·log2(e) (0 = off). */
+void fa__score_scales(const fa__problem *p, float *qscale, float *softcap_l2);
+
+/* On one row of scores s[0..n) of query i (head h, batch b) against keys j0..: softcap, ALiBi
+ * and, when `masked`, -inf outside the band. When dtanh is not NULL and softcap is on, it gets
+ * the tanh derivative 1 - tanh² for the backward. */
+void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_t n, int64_t i,
+                        int64_t j0, int64_t off, int64_t sk, int64_t b, int64_t h, int masked,
+                        float *dtanh);
+
+/* Zeroes the entries of x[0..n) (keys j0.. of row i, head h, batch b) that dropout drops and
+ * scales the kept ones by 1/(1 - p). No-op without dropout. */
+void fa__dropout_row(const fa__problem *p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
+                     float *x);
+
+#endif /* FA_CPU_TILE_H */

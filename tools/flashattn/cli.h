@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.h — what the subcommands of the `flashattn` command share: the subcommand signature, the
+ * one way to report a library error (`flashattn: <what>: <FA_STATUS_NAME>: <message>`, exit 1),
+ * option parsing helpers, a seeded random generator, a monotonic clock and element access for
+ * the three attention dtypes. Everything is static inline; the tool uses only the public API in
+ * flashattn.h.
+ *
+ * Each subcommand lives in its own file and is listed in main.c's table. A subcommand gets
+ * argv[0] = its own name and returns the process exit status: 0 success, 1 failure (a failed
+ * check or a library error), 2 bad usage.
+ */
+#ifndef FA_TOOLS_CLI_H
+#define FA_TOOLS_CLI_H
+
+/* clock_gettime and friends under -std=c11. Each .c file of the tool also defines this before
+ * its first include, in case a system header comes first. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "flashattn.h"
+#include "halfconv.h"
+
+/* ---- subcommands (one file each) ------------------------------------------------------------- */
+
+typedef int (*cli_command_fn)(int argc, char **argv);
+
+int cmd_verify(int argc, char **argv); /* verify.c */
+int cmd_demo(int argc, char **argv);   /* demo.c */
+int cmd_info(int argc, char **argv);   /* info.c */
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* Reports a failed fa_* call and exits with status 1. */
+static inline void cli_die_status(const char *what, fa_status st) {
+    fprintf(stderr, "flashattn: %s: %s: %s\n", what, fa_status_name(st), fa_last_error_message());
+    exit(1);
+}
+
+/* CLI_CHECK("fa_forward", fa_forward(...)): any status but FA_OK reports and exits. */
+#define CLI_CHECK(what, call)                                                                      \
+    do {                                                                                           \
+        fa_status cli_st_ = (call);                                                                \
+        if (cli_st_ != FA_OK)                                                                      \
+            cli_die_status((what), cli_st_);                                                       \
+    } while (0)
+
+static inline void *cli_xmalloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "flashattn: out of memory allocating %zu bytes for %s\n", bytes, what);
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- option parsing -------------------------------------------------------------------------- */
+
+/* Parses a whole decimal integer in [lo, hi]. Returns 0 on success, -1 otherwise. */
+static inline int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end = NULL;
+    long v;
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Matches "--name VALUE" and "--name=VALUE" at argv[*i]. On a match stores the value (NULL if
+ * "--name" was the last argument) in *value, advances *i past what it used and returns 1. */
+static inline int cli_opt_value(int argc, char **argv, int *i, const char *name,
+                                const char **value) {
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    *value = (*i + 1 < argc) ? argv[*i + 1] : NULL;
+    if (*value)
+        (*i)++;
+    return 1;
+}
+
+/* ---- randomness and time --------------------------------------------------------------------- */
+
+typedef struct cli_rng {
+    uint64_t state;
+} cli_rng;
+
+/* splitmix64: small, fast, good enough for test inputs, reproducible from a seed. */
+static inline uint64_t cli_rng_next(cli_rng *r) {
+    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static inline float cli_rng_uniform(cli_rng *r) {
+    return (float)((double)(cli_rng_next(r) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+/* A fresh seed from the clock and the address space (different each run). */
+static inline uint64_t cli_fresh_seed(void) {
+    struct timespec ts;
+    uint64_t s;
+    cli_rng r;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts;
+    r.state = s;
+    return cli_rng_next(&r);
+}
+
+/* Seconds from a monotonic clock. */
+static inline double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- dtypes ---------------------------------------------------------------------------------- */
+
+/* Bytes per element of the attention dtypes (and int32). If-chains rather than a switch, so a
+ * dtype added to the header later does not warn here. */
+static inline size_t cli_dtype_size(fa_dtype t) {
+    return t == FA_DTYPE_F16 || t == FA_DTYPE_BF16 ? 2 : 4;
+}
+
+static inline const char *cli_dtype_name(fa_dtype t) {
+    if (t == FA_DTYPE_F32)
+        return "fp32";
+    if (t == FA_DTYPE_F16)
+        return "fp16";
+    if (t == FA_DTYPE_BF16)
+        return "bf16";
+    if (t == FA_DTYPE_I32)
+        return "int32";
+    return "?";
+}
+
+/* "f32"/"fp32"/"float32", "f16"/"fp16"/"float16"/"half", "bf16"/"bfloat16". 0 on success. */
+static inline int cli_parse_dtype(const char *s, fa_dtype *out) {
+    if (!s)
+        return -1;
+    if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32"))
+        *out = FA_DTYPE_F32;
+    else if (!strcmp(s, "f16") || !strcmp(s, "fp16") || !strcmp(s, "float16") || !strcmp(s, "half"))
+        *out = FA_DTYPE_F16;
+    else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+        *out = FA_DTYPE_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+/* Stores v (rounded to nearest even) as element i of a buffer of dtype t. */
+static inline void cli_store(void *buf, fa_dtype t, size_t i, float v) {
+    if (t == FA_DTYPE_F16)
+        ((uint16_t *)buf)[i] = fa_tool_f32_to_f16(v);
+    else if (t == FA_DTYPE_BF16)
+        ((uint16_t *)buf)[i] = fa_tool_f32_to_bf16(v);
+    else
+        ((float *)buf)[i] = v;
+}
+
+/* Element i of a buffer of dtype t, exactly, as a double. */
+static inline double cli_load(const void *buf, fa_dtype t, size_t i) {
+    if (t == FA_DTYPE_F16)
+        return (double)fa_tool_f16_to_f32(((const uint16_t *)buf)[i]);
+    if (t == FA_DTYPE_BF16)
+        return (double)fa_tool_bf16_to_f32(((const uint16_t *)buf)[i]);
+    return (double)((const float *)buf)[i];
+}
+
+/* Fills n elements with a quiet NaN so an element the library forgets to write shows up. */
+static inline void cli_poison(void *buf, fa_dtype t, size_t n) {
+    size_t i;
+    if (t == FA_DTYPE_F16 || t == FA_DTYPE_BF16) {
+        uint16_t nan16 = t == FA_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
+        for (i = 0; i < n; i++)
+            ((uint16_t *)buf)[i] = nan16;
+    } else {
+        uint32_t nan32 = 0x7fc00000u;
+        for (i = 0; i < n; i++)
+            memcpy((char *)buf + 4 * i, &nan32, 4);
+    }
+}
+
+#endif /* FA_TOOLS_CLI_H */
