@@ -121,8 +121,10 @@ typedef enum fa_device {
 
 /* A strided view of memory the caller owns; the library never frees or retains it.
  * Element (i0, i1, ..) lives at data + sum_k i_k * stride[k] elements. Only the first ndim
- * entries of shape and stride are read. Strides must be >= 0; an output may not have a zero
- * stride along a dimension of size > 1 (two elements would share one address). */
+ * entries of shape and stride are read. Strides must be >= 0. An output's dimensions must nest:
+ * taken in order of increasing stride (ignoring dimensions of size 1), each stride must exceed
+ * the span of the dimensions before it, so no two elements share an address (this rejects a zero
+ * stride on a dimension of size > 1, and a few exotic interleavings that would not alias). */
 typedef struct fa_tensor {
     void *data;
     int32_t dtype;  /* fa_dtype */
@@ -228,9 +230,13 @@ FA_API void fa_params_init(fa_params *params);
  * ctx may be NULL (the default context). params may be NULL (the defaults). No pointer is
  * retained after the call returns. out and lse must not overlap each other or any input.
  *
+ * Scores are computed in fp32: scale, softcap and inputs must keep scale·q·k (and, with softcap,
+ * scale/softcap) within fp32 range.
+ *
  * Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE, FA_ERR_STRIDE,
- * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale), FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE,
- * FA_ERR_NO_MEMORY. On error nothing has been written. */
+ * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p), FA_ERR_DEVICE,
+ * FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256), FA_ERR_NO_MEMORY. On error nothing has been
+ * written. */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                             const fa_tensor *lse);

@@ -162,6 +162,10 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     if (!isfinite(d.softcap) || d.softcap < 0.0f)
         return fa__error(FA_ERR_VALUE, "params.softcap is %g; expected 0 (off) or a finite value "
                          "> 0", (double)d.softcap);
+    const float scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->D));
+    if (d.softcap > 0.0f && (!isfinite(scale / d.softcap) || !isfinite(d.softcap * 1.4426950f)))
+        return fa__error(FA_ERR_VALUE, "params.softcap is %g; softmax_scale / softcap or "
+                         "softcap * log2(e) overflows fp32", (double)d.softcap);
     if (!(d.dropout_p >= 0.0f && d.dropout_p < 1.0f))
         return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; expected a probability in [0, 1)",
                          (double)d.dropout_p);
@@ -170,7 +174,7 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     p->dropout_scale = (float)(1.0 / (1.0 - (double)d.dropout_p));
     p->dropout_seed = d.dropout_seed;
     p->dropout_offset = d.dropout_offset;
-    p->scale = d.softmax_scale != 0.0f ? d.softmax_scale : (float)(1.0 / sqrt((double)p->D));
+    p->scale = scale;
     p->causal = d.causal != 0;
     p->window_left = d.window_left;
     p->window_right = p->causal ? 0 : d.window_right;

@@ -11,20 +11,25 @@
 
 typedef struct ref_problem {
     int64_t B, Sq, Sk, H, Hk, D;
-    double scale;     /* the scale actually used (no "0 = default" here) */
-    int causal;       /* bottom-right aligned; forces window_right = 0 */
-    int window_left;  /* -1 = unbounded */
-    int window_right; /* -1 = unbounded */
-    double softcap;   /* 0 = off */
+    double scale;        /* the scale actually used (no "0 = default" here) */
+    int causal;          /* bottom-right aligned; forces window_right = 0 */
+    int window_left;     /* -1 = unbounded */
+    int window_right;    /* -1 = unbounded */
+    double softcap;      /* 0 = off */
     const double *alibi; /* NULL, or slopes: (H) if alibi_per_batch == 0, else (B, H) */
     int alibi_per_batch;
+    /* Dropout, optional (zero-filled = none): dropout_mask (B, H, Sq, Sk) contiguous, nonzero =
+     * keep; kept normalized probabilities are scaled by 1 / (1 - dropout_p), dropped ones are 0.
+     * lse ignores dropout. */
+    const uint8_t *dropout_mask;
+    double dropout_p;
 } ref_problem;
 
 /* Forward in fp64 on contiguous tensors:
  *   q (B, Sq, H, D), k and v (B, Sk, Hk, D), out (B, Sq, H, D), lse (B, H, Sq) (natural log).
  * Fully masked rows and Sk = 0 give out = 0 and lse = -INFINITY. lse may be NULL. */
-void ref_attention_forward(const ref_problem *p, const double *q, const double *k,
-                           const double *v, double *out, double *lse);
+void ref_attention_forward(const ref_problem *p, const double *q, const double *k, const double *v,
+                           double *out, double *lse);
 
 /* 1 if key j is visible to query i under p's causal flag and window, else 0. */
 int ref_visible(const ref_problem *p, int64_t i, int64_t j);
