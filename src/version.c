@@ -29,8 +29,8 @@ static void make_build_info(void) {
     const char *compiler = "unknown compiler";
 #endif
     snprintf(build_info, sizeof build_info,
-             "flashattn %s; %s; cpu kernels: ref; in use: %s%s; cuda: not built", fa_version_string(),
-             compiler, fa__cpu_kernels_get()->name, fa__cpu_kernels_note());
+             "flashattn %s; %s; cpu kernels: %s; in use: %s%s; cuda: not built", fa_version_string(),
+             compiler, fa__cpu_kernels_compiled(), fa__cpu_kernels_get()->name, fa__cpu_kernels_note());
 }
 
 const char *fa_build_info(void) {

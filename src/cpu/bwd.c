@@ -45,6 +45,7 @@ typedef struct bwd_scratch {
     float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 */
     float *Kt, *Vt;     /* [D, Bc] */
     float *K;           /* [Bc, D] (pass 2) */
+    float *tmp;         /* [Bc, D]: rows on their way to a transpose */
     float *acc1, *acc2; /* pass 1: dK, dV [Bc, D]; pass 2: dQ [Br, D] in acc1 */
     float *lse2, *dlt;  /* [Br]: lse in the exp2 domain, Δ */
     float *dtanh;       /* [Bc] */
@@ -58,7 +59,7 @@ static size_t carve(bwd_scratch *s, float *base, int64_t D) {
     float *at = base;
 #define FA_TAKE(field, n) (s->field = at, at += (n))
     FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
-    FA_TAKE(dST, rc), FA_TAKE(Kt, cd), FA_TAKE(Vt, cd), FA_TAKE(K, cd);
+    FA_TAKE(dST, rc), FA_TAKE(Kt, cd), FA_TAKE(Vt, cd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
     FA_TAKE(acc1, rd > cd ? rd : cd), FA_TAKE(acc2, cd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
     FA_TAKE(dtanh, c), FA_TAKE(ones, m);
 #undef FA_TAKE
@@ -130,12 +131,10 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h,
     }
 }
 
-static void pack_kv(const fa__problem *p, const bwd_scratch *s, int64_t b, int64_t hk,
+static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t hk,
                     int64_t row0, int64_t n) {
-    int64_t ld;
-    /* Pack into the scratch even when the tensor is fp32: qk reads Kᵀ and Vᵀ (ld = FA_BC). */
-    fa__kv_block(p, &p->k, b, row0, hk, n, 1, s->Kt, &ld);
-    fa__kv_block(p, &p->v, b, row0, hk, n, 1, s->Vt, &ld);
+    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, s->Kt, s->tmp); // Kᵀ: [D, n]
+    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, s->Vt, s->tmp); // Vᵀ: [D, n]
 }
 
 /* ---- pass 1: dK, dV ---- */
@@ -152,7 +151,7 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     const int64_t nkb = (sk + FA_BC - 1) / FA_BC, hk = local / nkb, j0 = local % nkb * FA_BC;
     const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC, rk = fa__row0_k(p, b);
 
-    pack_kv(p, &s, b, hk, rk + j0, n);
+    pack_kv(pl, &s, b, hk, rk + j0, n);
     memset(s.acc1, 0, (size_t)n * D * sizeof(float)); // dK: [n, D]
     memset(s.acc2, 0, (size_t)n * D * sizeof(float)); // dV: [n, D]
 
@@ -205,11 +204,10 @@ static void dq_task(void *arg, int64_t task, int worker) {
     const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
-        int64_t ldk;
-        pack_kv(p, &s, b, hk, rk + j0, n);
-        const float *K = fa__kv_block(p, &p->k, b, rk + j0, hk, n, 0, s.K, &ldk); // K: [n, D]
+        pack_kv(pl, &s, b, hk, rk + j0, n);
+        const float *K = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp); // [n, D]
         tile(pl, &s, b, h, i0, nr, j0, n);
-        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, D, s.ones, s.acc1, D);
     }
     for (int64_t r = 0; r < nr; r++)
         fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, s.acc1 + r * D, D,

@@ -14,6 +14,9 @@
 const fa__cpu_kernels *fa__cpu_kernels_get(void);
 const char *fa__cpu_kernels_note(void);
 
+/* The names of the kernel sets compiled in, e.g. "ref avx2 avx512". */
+const char *fa__cpu_kernels_compiled(void);
+
 /* Attention forward on the CPU. Writes out (and lse) for every row of every batch, and for
  * varlen also the rows outside every sequence (0 and -inf). Returns FA_OK or FA_ERR_NO_MEMORY,
  * in which case nothing has been written. */

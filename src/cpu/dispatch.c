@@ -4,34 +4,65 @@
  * this CPU supports, or the one named by the FA_CPU_ISA environment variable.
  */
 #include "cpu.h"
+#include "features.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Every kernel set compiled in, best first. The SIMD sets join this list as they are added. */
-static const fa__cpu_kernels *const kernel_sets[] = {
-    &fa__cpu_kernels_ref,
+typedef struct kernel_entry {
+    const fa__cpu_kernels *kernels;
+    int (*usable)(const fa__cpu_features *f);
+} kernel_entry;
+
+#if defined(FA_HAVE_AVX512)
+static int has_avx512(const fa__cpu_features *f) { return f->avx512f; }
+#endif
+#if defined(FA_HAVE_AVX2)
+static int has_avx2(const fa__cpu_features *f) { return f->avx2; }
+#endif
+static int always(const fa__cpu_features *f) { return f != NULL; }
+
+/* Every kernel set compiled in, best first; ref last, usable everywhere. */
+static const kernel_entry kernel_sets[] = {
+#if defined(FA_HAVE_AVX512)
+    {&fa__cpu_kernels_avx512, has_avx512},
+#endif
+#if defined(FA_HAVE_AVX2)
+    {&fa__cpu_kernels_avx2, has_avx2},
+#endif
+    {&fa__cpu_kernels_ref, always},
 };
+enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
 
 static const fa__cpu_kernels *chosen;
-static char choice_note[96];
+static char choice_note[128];
+static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
-    const size_t n = sizeof kernel_sets / sizeof kernel_sets[0];
-    chosen = kernel_sets[0];
+    const fa__cpu_features *f = fa__cpu_features_get();
+    for (int i = N_SETS - 1; i >= 0; i--) {
+        strcat(compiled, kernel_sets[i].kernels->name);
+        if (i) strcat(compiled, " ");
+    }
+    for (int i = 0; i < N_SETS && !chosen; i++)
+        if (kernel_sets[i].usable(f)) chosen = kernel_sets[i].kernels;
     const char *want = getenv("FA_CPU_ISA");
     if (!want || !*want) return;
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(kernel_sets[i]->name, want) == 0) {
-            chosen = kernel_sets[i];
-            return;
+    for (int i = 0; i < N_SETS; i++) {
+        if (strcmp(kernel_sets[i].kernels->name, want) != 0) continue;
+        if (kernel_sets[i].usable(f)) {
+            chosen = kernel_sets[i].kernels;
+            snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
+        } else {
+            snprintf(choice_note, sizeof choice_note,
+                     " (FA_CPU_ISA=%s ignored: this CPU or OS does not support it)", want);
         }
+        return;
     }
-    strcpy(choice_note, " (FA_CPU_ISA=");
-    strncat(choice_note, want, 48);
-    strcat(choice_note, " is not available here)");
+    snprintf(choice_note, sizeof choice_note, " (FA_CPU_ISA=%.32s ignored: not compiled in)", want);
 }
 
 const fa__cpu_kernels *fa__cpu_kernels_get(void) {
@@ -42,4 +73,9 @@ const fa__cpu_kernels *fa__cpu_kernels_get(void) {
 const char *fa__cpu_kernels_note(void) {
     pthread_once(&choose_once, choose);
     return choice_note;
+}
+
+const char *fa__cpu_kernels_compiled(void) {
+    pthread_once(&choose_once, choose);
+    return compiled;
 }

@@ -24,8 +24,8 @@
 #include <string.h>
 
 enum {
-    FA_ROWS = 128,  /* target rows (query heads x positions) per task */
-    FA_BR_MAX = 64  /* most query positions per task */
+    FA_ROWS = 128,   /* target rows (query heads x positions) per task */
+    FA_BR_MAX = 128  /* most query positions per task */
 };
 
 typedef struct fwd_plan {
@@ -62,6 +62,7 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     float *alpha = l + fa__round_up((size_t)Rmax);
     float *Kpack = alpha + fa__round_up((size_t)Rmax);                // Kᵀ: [D, Bc]
     float *Vpack = Kpack + fa__round_up((size_t)FA_BC * D);           // V: [Bc, D]
+    float *tmp = Vpack + fa__round_up((size_t)FA_BC * D);             // [Bc, D]
 
     for (int64_t r = 0; r < R; r++) {
         const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
@@ -75,10 +76,9 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
-        int64_t ldk, ldv;
-        const float *Kt = fa__kv_block(p, &p->k, b, rk + j0, hk, n, 1, Kpack, &ldk); // Kt: [D, n]
-        const float *V = fa__kv_block(p, &p->v, b, rk + j0, hk, n, 0, Vpack, &ldv);  // V: [n, D]
-        kern->qk((int)R, (int)n, (int)D, Q, D, Kt, ldk, S, FA_BC);
+        const float *Kt = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, Kpack, tmp); // [D, n]
+        const float *V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, Vpack, tmp);  // [n, D]
+        kern->qk((int)R, (int)n, (int)D, Q, D, Kt, FA_BC, S, FA_BC);
 
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
@@ -94,7 +94,7 @@ static void fwd_task(void *arg, int64_t task, int worker) {
             m[r] = m_new;
             fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
         }
-        kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, ldv, alpha, O, D);
+        kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, D, alpha, O, D);
     }
 
     for (int64_t r = 0; r < R; r++) {
@@ -128,7 +128,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     const int nthreads = fa__context_threads(ctx);
     const size_t rows = (size_t)(pl.g * pl.br);
     pl.scratch_floats = 2 * fa__round_up(rows * p->D) + fa__round_up(rows * FA_BC) + 3 * fa__round_up(rows) +
-                        2 * fa__round_up((size_t)FA_BC * p->D);
+                        3 * fa__round_up((size_t)FA_BC * p->D);
     pl.task_start = malloc((size_t)(p->B + 1) * sizeof *pl.task_start);
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) {

@@ -53,17 +53,21 @@ void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64
         }
 }
 
-const float *fa__kv_block(const fa__problem *p, const fa__view *x, int64_t b, int64_t row0,
-                          int64_t hk, int64_t n, int transposed, float *pack, int64_t *ld) {
-    if (!transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1) {
-        *ld = x->ss;
-        return fa__elem(x, b, row0, hk);
+const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
+                          int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
+                          float *pack, float *tmp) {
+    const int64_t D = p->D;
+    if (transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1) {
+        kern->transpose((int)n, (int)D, fa__elem(x, b, row0, hk), x->ss, pack, FA_BC);
+        return pack;
     }
-    const int64_t dst_ld = transposed ? FA_BC : p->D, step = transposed ? 1 : p->D;
-    for (int64_t j = 0; j < n; j++) /* a row of K, or a column of Kᵀ */
-        fa__load_f32(pack + j * step, transposed ? FA_BC : 1, fa__elem(x, b, row0 + j, hk),
-                     x->dtype, p->D, x->sd, 1.0f);
-    *ld = dst_ld;
+    float *rows = transposed ? tmp : pack; // rows: [n, D]
+    for (int64_t j = 0; j < n; j++) {
+        const void *src = fa__elem(x, b, row0 + j, hk);
+        if (x->dtype == FA_DTYPE_F32 && x->sd == 1) memcpy(rows + j * D, src, (size_t)D * sizeof(float));
+        else fa__load_f32(rows + j * D, 1, src, x->dtype, D, x->sd, 1.0f);
+    }
+    if (transposed) kern->transpose((int)n, (int)D, rows, D, pack, FA_BC);
     return pack;
 }
 

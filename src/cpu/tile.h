@@ -8,6 +8,7 @@
 #define FA_CPU_TILE_H
 
 #include "../problem.h"
+#include "kernels/kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,10 +48,12 @@ void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_
 /* Writes zeros to rows [begin, end) of every head of a varlen view (sb = 0) with H heads. */
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
 
-/* n keys (or values) of head hk from row `row0` as fp32: rows [n, D] (ld = D) when
- * transposed == 0, else [D, n] (ld = FA_BC). fp32 rows with unit stride are used in place. */
-const float *fa__kv_block(const fa__problem *p, const fa__view *x, int64_t b, int64_t row0,
-                          int64_t hk, int64_t n, int transposed, float *pack, int64_t *ld);
+/* n keys (or values) of head hk from row `row0` as fp32 in `pack`: rows [n, D] (ld = D) when
+ * transposed == 0, else [D, n] (ld = FA_BC). tmp ([n, D]) holds converted rows on the way to a
+ * transpose. Returns pack. */
+const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
+                          int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
+                          float *pack, float *tmp);
 
 /* Keys [key_lo, key_hi) are visible to query i of a sequence with off = Sk - Sq. */
 static inline int64_t fa__key_lo(const fa__problem *p, int64_t i, int64_t off) {

@@ -21,6 +21,9 @@ typedef struct fa__cpu_kernels {
     void (*pv)(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                const float *alpha, float *o, int64_t ldo);
 
+    /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
+    void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);
+
     /* max over x[0..n); -INFINITY when n == 0 or every element is -INFINITY. */
     float (*row_max)(int n, const float *x);
 
@@ -29,5 +32,7 @@ typedef struct fa__cpu_kernels {
 } fa__cpu_kernels;
 
 extern const fa__cpu_kernels fa__cpu_kernels_ref;
+extern const fa__cpu_kernels fa__cpu_kernels_avx2;   /* FA_HAVE_AVX2 builds */
+extern const fa__cpu_kernels fa__cpu_kernels_avx512; /* FA_HAVE_AVX512 builds */
 
 #endif /* FA_CPU_KERNELS_H */

@@ -38,6 +38,11 @@ static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float
     }
 }
 
+static void transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
+    for (int j = 0; j < n; j++)
+        for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
+}
+
 static float row_max_ref(int n, const float *x) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
@@ -57,6 +62,7 @@ const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
     .qk = qk_ref,
     .pv = pv_ref,
+    .transpose = transpose_ref,
     .row_max = row_max_ref,
     .exp2_sum = exp2_sum_ref,
 };

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * features.c — what this CPU and its OS support, read once: CPUID for the instruction sets and
+ * XGETBV for whether the OS saves the wider registers (a CPU with AVX-512 under an OS that does
+ * not enable ZMM state must not run AVX-512 code).
+ */
+#include "features.h"
+
+#include <pthread.h>
+
+static fa__cpu_features features;
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const int osxsave = (c >> 27) & 1;
+    features.fma = (c >> 12) & 1;
+    features.f16c = (c >> 29) & 1;
+    const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    const int ymm_state = (xcr0 & 0x6) == 0x6;     /* SSE and AVX state */
+    const int zmm_state = (xcr0 & 0xe6) == 0xe6;   /* plus opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    features.avx2 = ymm_state && ((b >> 5) & 1) && features.fma;
+    features.avx512f = zmm_state && ((b >> 16) & 1);
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) features.avx512bf16 = features.avx512f && ((a >> 5) & 1);
+    features.fma = features.fma && ymm_state;
+    features.f16c = features.f16c && ymm_state;
+}
+#elif defined(__aarch64__)
+static void detect(void) { features.neon = 1; /* Advanced SIMD is mandatory on AArch64 */ }
+#else
+static void detect(void) {}
+#endif
+
+const fa__cpu_features *fa__cpu_features_get(void) {
+    pthread_once(&features_once, detect);
+    return &features;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * avx2.c — AVX2 + FMA microkernels. Built with -mavx2 -mfma and called only after features.c
+ * has seen AVX2 and FMA in CPUID and YMM state enabled in XCR0.
+ *
+ * The same register-tiled GEMM as avx512.c, C[m, n] = diag(beta) C + A[m, k] B[k, n], with
+ * BLIS's Haswell shape: a tile is 6 rows x 16 columns in 12 ymm accumulators, each step of k
+ * loading one 16-wide row of B and broadcasting one element of A per row.
+ */
+#include "../kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* Lane mask for the first `left` (clamped to 0..8) lanes of a ymm. */
+static inline __m256i lanes(int left) {
+    static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    left = left < 0 ? 0 : left > 8 ? 8 : left;
+    return _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 8 - left));
+}
+
+/* One MR x 16 tile of C; lanes outside (k0, k1) are neither read nor written. */
+#define FA_AVX2_TILE(MR)                                                                           \
+    static inline void tile_##MR(int k, const float *a, int64_t lda, const float *b,               \
+                                 int64_t ldb, const float *beta, float *c, int64_t ldc,            \
+                                 __m256i k0, __m256i k1) {                                         \
+        __m256 acc[MR][2]; /* C tile: [MR, 16] */                                                 \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
+            if (beta) {                                                                            \
+                const __m256 s = _mm256_set1_ps(beta[i]);                                         \
+                acc[i][0] = _mm256_mul_ps(s, _mm256_maskload_ps(c + i * ldc, k0));                \
+                acc[i][1] = _mm256_mul_ps(s, _mm256_maskload_ps(c + i * ldc + 8, k1));            \
+            } else {                                                                               \
+                acc[i][0] = _mm256_setzero_ps();                                                   \
+                acc[i][1] = _mm256_setzero_ps();                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < k; t++) {                                                              \
+            const __m256 b0 = _mm256_maskload_ps(b + t * ldb, k0);     /* B[t, 0:8] */            \
+            const __m256 b1 = _mm256_maskload_ps(b + t * ldb + 8, k1); /* B[t, 8:16] */           \
+            _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                 \
+                const __m256 ai = _mm256_broadcast_ss(a + i * lda + t);                            \
+                acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);                                    \
+                acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);                                    \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
+            _mm256_maskstore_ps(c + i * ldc, k0, acc[i][0]);                                       \
+            _mm256_maskstore_ps(c + i * ldc + 8, k1, acc[i][1]);                                   \
+        }                                                                                          \
+    }
+
+FA_AVX2_TILE(6)
+FA_AVX2_TILE(4)
+FA_AVX2_TILE(2)
+FA_AVX2_TILE(1)
+
+static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                 const float *beta, float *c, int64_t ldc) {
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const __m256i k0 = lanes(n - j0), k1 = lanes(n - j0 - 8);
+        const float *bj = b + j0;
+        float *cj = c + j0;
+        int i = 0;
+        for (; i + 6 <= m; i += 6)
+            tile_6(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
+        /* the last m % 6 rows as 4 + 2 + 1 */
+        if (m - i >= 4) {
+            tile_4(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
+            i += 4;
+        }
+        if (m - i >= 2) {
+            tile_2(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
+            i += 2;
+        }
+        if (m - i >= 1)
+            tile_1(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
+    }
+}
+
+static void qk_avx2(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
+                    float *s, int64_t lds) {
+    gemm(m, n, d, q, ldq, kt, ldk, 0, s, lds);
+}
+
+static void pv_avx2(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
+                    const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, p, ldp, v, ldv, alpha, o, ldo);
+}
+
+/* 8 x 8 blocks through unpack/shuffle/permute; rows past n load as zeros, columns past d and
+ * n are not stored. */
+static void transpose_avx2(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
+    for (int j0 = 0; j0 < n; j0 += 8)
+        for (int t0 = 0; t0 < d; t0 += 8) {
+            const __m256i kt = lanes(d - t0), kj = lanes(n - j0);
+            __m256 r[8], u[8], w[8];
+            for (int i = 0; i < 8; i++) /* r[i] = src[j0 + i, t0:t0+8] */
+                r[i] = j0 + i < n ? _mm256_maskload_ps(src + (j0 + i) * lds + t0, kt) : _mm256_setzero_ps();
+            for (int i = 0; i < 8; i += 2) {
+                u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                w[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+                w[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+                w[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+                w[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+            }
+            for (int e = 0; e < 4; e++) { /* output rows t0 + e and t0 + 4 + e */
+                const __m256 lo = _mm256_permute2f128_ps(w[e], w[4 + e], 0x20);
+                const __m256 hi = _mm256_permute2f128_ps(w[e], w[4 + e], 0x31);
+                if (t0 + e < d) _mm256_maskstore_ps(dst + (t0 + e) * ldd + j0, kj, lo);
+                if (t0 + 4 + e < d) _mm256_maskstore_ps(dst + (t0 + 4 + e) * ldd + j0, kj, hi);
+            }
+        }
+}
+
+static inline float hmax(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+static inline float hsum(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+static float row_max_avx2(int n, const float *x) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 mx = ninf;
+    for (int j = 0; j < n; j += 8) {
+        const __m256i k = lanes(n - j);
+        const __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + j, k), _mm256_castsi256_ps(k));
+        mx = _mm256_max_ps(mx, v);
+    }
+    return hmax(mx);
+}
+
+/* 2^x for x <= 127, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6
+ * polynomial, times 2^n built in the exponent bits. Below -126 the result is flushed to 0, so
+ * -inf gives exactly 0 and never NaN. */
+static inline __m256 exp2_ps(__m256 x) {
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.5345810970757157e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3399932067841291e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618489071726799e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550328642129898e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022646248340607e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471824645996e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static float exp2_sum_avx2(int n, float *x, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) {
+        const __m256i k = lanes(n - j);
+        const __m256 e = _mm256_and_ps(exp2_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, k), vm)),
+                                       _mm256_castsi256_ps(k));
+        _mm256_maskstore_ps(x + j, k, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return hsum(sum);
+}
+
+const fa__cpu_kernels fa__cpu_kernels_avx2 = {
+    .name = "avx2",
+    .qk = qk_avx2,
+    .pv = pv_avx2,
+    .transpose = transpose_avx2,
+    .row_max = row_max_avx2,
+    .exp2_sum = exp2_sum_avx2,
+};

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * avx512.c — AVX-512F microkernels. Built with -mavx512f -mfma and called only after
+ * features.c has seen AVX-512F in CPUID and ZMM state enabled in XCR0.
+ *
+ * Both products are one register-tiled GEMM, C[m, n] = diag(beta) C + A[m, k] B[k, n]
+ * (qk: A = Q, B = Kᵀ, beta = none; pv: A = P, B = V, beta = alpha). A tile is MR rows x 32
+ * columns held in 2·MR zmm accumulators; each step of k loads one 32-wide row of B and
+ * broadcasts one element of A per row (14 x 32: 28 accumulators, 28 FMAs per 2 loads).
+ */
+#include "../kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+}
+
+/* Column masks for a panel of nr <= 32 columns starting at 0: lanes 0..15 and 16..31. */
+static inline void panel_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
+    *m0 = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1u);
+    *m1 = nr >= 32 ? (__mmask16)0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1u) : 0;
+}
+
+/* One MR x 32 tile of C; lanes outside (m0, m1) are neither read nor written. */
+#define FA_AVX512_TILE(MR)                                                                         \
+    static inline void tile_##MR(int k, const float *a, int64_t lda, const float *b,               \
+                                 int64_t ldb, const float *beta, float *c, int64_t ldc,            \
+                                 __mmask16 m0, __mmask16 m1) {                                     \
+        __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                 \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
+            if (beta) {                                                                            \
+                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
+                acc[i][0] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc));             \
+                acc[i][1] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));        \
+            } else {                                                                               \
+                acc[i][0] = _mm512_setzero_ps();                                                   \
+                acc[i][1] = _mm512_setzero_ps();                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < k; t++) {                                                              \
+            const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + t * ldb);      /* B[t, 0:16] */      \
+            const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + t * ldb + 16); /* B[t, 16:32] */     \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
+                const __m512 ai = _mm512_set1_ps(a[i * lda + t]);                                  \
+                acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);                                    \
+                acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);                                    \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
+            _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);                                     \
+            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);                                \
+        }                                                                                          \
+    }
+
+FA_AVX512_TILE(14)
+FA_AVX512_TILE(8)
+FA_AVX512_TILE(4)
+FA_AVX512_TILE(2)
+FA_AVX512_TILE(1)
+
+static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                 const float *beta, float *c, int64_t ldc) {
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        __mmask16 m0, m1;
+        panel_masks(n - j0, &m0, &m1);
+        const float *bj = b + j0;
+        float *cj = c + j0;
+        int i = 0;
+        for (; i + 14 <= m; i += 14)
+            tile_14(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, m0, m1);
+        /* the last m % 14 rows as 8 + 4 + 2 + 1 */
+        if (m - i >= 8) {
+            tile_8(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, m0, m1);
+            i += 8;
+        }
+        if (m - i >= 4) {
+            tile_4(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, m0, m1);
+            i += 4;
+        }
+        if (m - i >= 2) {
+            tile_2(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, m0, m1);
+            i += 2;
+        }
+        if (m - i >= 1)
+            tile_1(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, m0, m1);
+    }
+}
+
+static void qk_avx512(int m, int n, int d, const float *q, int64_t ldq, const float *kt,
+                      int64_t ldk, float *s, int64_t lds) {
+    gemm(m, n, d, q, ldq, kt, ldk, 0, s, lds);
+}
+
+static void pv_avx512(int m, int n, int d, const float *p, int64_t ldp, const float *v,
+                      int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, p, ldp, v, ldv, alpha, o, ldo);
+}
+
+
+/* 16 x 16 blocks through unpack, shuffle and 128-bit lane shuffles; rows past n load as zeros,
+ * columns past d and n are not stored. */
+static void transpose_avx512(int n, int d, const float *src, int64_t lds, float *dst,
+                             int64_t ldd) {
+    for (int j0 = 0; j0 < n; j0 += 16)
+        for (int t0 = 0; t0 < d; t0 += 16) {
+            const __mmask16 kt = tail_mask(d - t0), kj = tail_mask(n - j0);
+            __m512 r[16], u[16], w[16];
+            for (int i = 0; i < 16; i++) /* r[i] = src[j0 + i, t0:t0+16] */
+                r[i] = _mm512_maskz_loadu_ps(j0 + i < n ? kt : 0, src + (j0 + i) * lds + t0);
+            for (int i = 0; i < 16; i += 2) { /* pairs of rows interleaved */
+                u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 16; i += 4) { /* w[i + e]: rows i..i+3, element 4L + e per lane L */
+                w[i] = _mm512_shuffle_ps(u[i], u[i + 2], 0x44);
+                w[i + 1] = _mm512_shuffle_ps(u[i], u[i + 2], 0xEE);
+                w[i + 2] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+                w[i + 3] = _mm512_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+            }
+            for (int e = 0; e < 4; e++) { /* output rows t0 + e + {0, 4, 8, 12} */
+                const __m512 a = _mm512_shuffle_f32x4(w[e], w[4 + e], 0x88);
+                const __m512 b = _mm512_shuffle_f32x4(w[8 + e], w[12 + e], 0x88);
+                const __m512 c = _mm512_shuffle_f32x4(w[e], w[4 + e], 0xDD);
+                const __m512 dd = _mm512_shuffle_f32x4(w[8 + e], w[12 + e], 0xDD);
+                const __m512 out[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(c, dd, 0x88),
+                                       _mm512_shuffle_f32x4(a, b, 0xDD), _mm512_shuffle_f32x4(c, dd, 0xDD)};
+                for (int q = 0; q < 4; q++)
+                    if (t0 + e + 4 * q < d)
+                        _mm512_mask_storeu_ps(dst + (t0 + e + 4 * q) * ldd + j0, kj, out[q]);
+            }
+        }
+}
+
+static float row_max_avx512(int n, const float *x) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16)
+        mx = _mm512_mask_max_ps(mx, tail_mask(n - j), mx, _mm512_maskz_loadu_ps(tail_mask(n - j), x + j));
+    return _mm512_reduce_max_ps(mx);
+}
+
+/* 2^x for x <= 128, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6
+ * polynomial, times 2^n by vscalefps. x is clamped at -200, where 2^n underflows to +0, so
+ * -inf gives exactly 0 and never NaN. */
+static inline __m512 exp2_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.5345810970757157e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3399932067841291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618489071726799e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550328642129898e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022646248340607e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471824645996e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+static float exp2_sum_avx512(int n, float *x, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 e = exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm));
+        _mm512_mask_storeu_ps(x + j, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+const fa__cpu_kernels fa__cpu_kernels_avx512 = {
+    .name = "avx512",
+    .qk = qk_avx512,
+    .pv = pv_avx512,
+    .transpose = transpose_avx512,
+    .row_max = row_max_avx512,
+    .exp2_sum = exp2_sum_avx512,
+};
