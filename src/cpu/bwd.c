@@ -23,7 +23,7 @@
 #include <string.h>
 
 enum {
-    FA_BR = 64,                                        /* query rows per tile */
+    FA_BR = 126,                                       /* query rows per tile: 9 x 14, 21 x 6 */
     FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC /* length of the vector of ones */
 };
 
@@ -121,7 +121,7 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h,
     for (int64_t r = 0; r < nr; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
         fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
-        for (int64_t j = 0; j < n; j++) pr[j] = exp2f(pr[j] - s->lse2[r]);
+        kern->exp2_sum((int)n, pr, s->lse2[r]); /* P = 2^(S - lse); the sum is 1 or less */
         /* dP = dPd∘M/(1-p): the same mask and scale as Pd, so apply it to both. */
         fa__dropout_row(p, b, h, i0 + r, j0, n, ds);
         for (int64_t j = 0; j < n; j++) ds[j] = pr[j] * (ds[j] - s->dlt[r]);

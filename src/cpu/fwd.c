@@ -24,8 +24,8 @@
 #include <string.h>
 
 enum {
-    FA_ROWS = 128,   /* target rows (query heads x positions) per task */
-    FA_BR_MAX = 128  /* most query positions per task */
+    FA_ROWS = 126,   /* target rows (query heads x positions) per task: 9 x 14 and 21 x 6 */
+    FA_BR_MAX = 126  /* most query positions per task */
 };
 
 typedef struct fwd_plan {

@@ -18,7 +18,10 @@ void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h) {
 
 void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
                   int64_t stride, float scale) {
-    if (dtype == FA_DTYPE_F32) {
+    if (dtype == FA_DTYPE_F32 && ld == 1 && stride == 1) { /* the common case, vectorized */
+        const float *s = src;
+        for (int64_t t = 0; t < n; t++) dst[t] = s[t] * scale;
+    } else if (dtype == FA_DTYPE_F32) {
         const float *s = src;
         for (int64_t t = 0; t < n; t++) dst[t * ld] = s[t * stride] * scale;
     } else if (dtype == FA_DTYPE_F16) {

@@ -27,7 +27,8 @@ typedef struct fa__cpu_kernels {
     /* max over x[0..n); -INFINITY when n == 0 or every element is -INFINITY. */
     float (*row_max)(int n, const float *x);
 
-    /* x[i] = 2^(x[i] - m) in place, returning the sum. -INFINITY gives 0 (m is finite). */
+    /* x[i] = 2^(x[i] - m) in place, returning the sum. x[i] = -INFINITY or m = +INFINITY gives
+     * 0, never NaN; x[i] - m <= 0 is all the callers need. */
     float (*exp2_sum)(int n, float *x, float m);
 } fa__cpu_kernels;
 
