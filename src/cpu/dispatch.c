@@ -37,11 +37,12 @@ static const kernel_entry kernel_sets[] = {
 enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
 
 static const fa__cpu_kernels *chosen;
+static fa__cpu_kernels with_bf16; /* a set plus the bf16 entries this CPU can run */
 static char choice_note[128];
 static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
-static void choose(void) {
+static void choose_set(void) {
     const fa__cpu_features *f = fa__cpu_features_get();
     for (int i = N_SETS - 1; i >= 0; i--) {
         strcat(compiled, kernel_sets[i].kernels->name);
@@ -63,6 +64,25 @@ static void choose(void) {
         return;
     }
     snprintf(choice_note, sizeof choice_note, " (FA_CPU_ISA=%.32s ignored: not compiled in)", want);
+}
+
+/* The avx512 set gains the vdpbf16ps products on CPUs with AVX512_BF16. */
+static void add_bf16(void) {
+#if defined(FA_HAVE_AVX512)
+    if (chosen == &fa__cpu_kernels_avx512 && fa__cpu_features_get()->avx512bf16) {
+        with_bf16 = *chosen;
+        with_bf16.qk_bf16 = fa__qk_bf16_avx512;
+        with_bf16.pv_bf16 = fa__pv_bf16_avx512;
+        with_bf16.to_bf16 = fa__to_bf16_avx512;
+        with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
+        chosen = &with_bf16;
+    }
+#endif
+}
+
+static void choose(void) {
+    choose_set();
+    add_bf16();
 }
 
 const fa__cpu_kernels *fa__cpu_kernels_get(void) {

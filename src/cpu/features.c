@@ -32,7 +32,9 @@ static void detect(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
     features.avx2 = ymm_state && ((b >> 5) & 1) && features.fma;
     features.avx512f = zmm_state && ((b >> 16) & 1);
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) features.avx512bf16 = features.avx512f && ((a >> 5) & 1);
+    features.avx512bw_vl = features.avx512f && ((b >> 30) & 1) && ((b >> 31) & 1);
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        features.avx512bf16 = features.avx512bw_vl && ((a >> 5) & 1);
     features.fma = features.fma && ymm_state;
     features.f16c = features.f16c && ymm_state;
 }

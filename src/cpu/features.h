@@ -12,7 +12,8 @@ typedef struct fa__cpu_features {
     int fma;
     int f16c;
     int avx512f;    /* with ZMM and opmask state enabled */
-    int avx512bf16;
+    int avx512bw_vl; /* AVX512BW and AVX512VL */
+    int avx512bf16;  /* with BW and VL, as the bf16 kernels use them */
     int neon;
 } fa__cpu_features;
 

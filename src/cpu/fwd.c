@@ -63,10 +63,17 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     float *Kpack = alpha + fa__round_up((size_t)Rmax);                // Kᵀ: [D, Bc]
     float *Vpack = Kpack + fa__round_up((size_t)FA_BC * D);           // V: [Bc, D]
     float *tmp = Vpack + fa__round_up((size_t)FA_BC * D);             // [Bc, D]
+    uint32_t *P2 = (uint32_t *)(tmp + fa__round_up((size_t)FA_BC * D)); // bf16 P: [R, Bc/2] pairs
 
+    /* bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
+     * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
+    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
+    const int64_t D2 = (D + 1) / 2;
     for (int64_t r = 0; r < R; r++) {
         const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
-        fa__load_f32(Q + r * D, 1, fa__elem(&p->q, b, rq + i, h), p->q.dtype, D, p->q.sd, pl->qscale);
+        const void *src = fa__elem(&p->q, b, rq + i, h);
+        if (bf16) fa__copy_bf16_row((uint16_t *)((uint32_t *)Q + r * D2), src, D, p->q.sd);
+        else fa__load_f32(Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
@@ -76,9 +83,16 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
-        const float *Kt = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, Kpack, tmp); // [D, n]
-        const float *V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, Vpack, tmp);  // [n, D]
-        kern->qk((int)R, (int)n, (int)D, Q, D, Kt, FA_BC, S, FA_BC);
+        if (bf16) {
+            fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)Kpack, (uint16_t *)tmp); // [D2, n]
+            fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)Vpack);                      // [n/2, D]
+            kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)Q, D2, (const uint32_t *)Kpack,
+                          FA_BC, pl->qscale, S, FA_BC);
+        } else {
+            fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, Kpack, tmp); // Kᵀ: [D, n]
+            fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, Vpack, tmp); // V: [n, D]
+            kern->qk((int)R, (int)n, (int)D, Q, D, Kpack, FA_BC, S, FA_BC);
+        }
 
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
@@ -93,8 +107,13 @@ static void fwd_task(void *arg, int64_t task, int worker) {
             l[r] = alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
             m[r] = m_new;
             fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
+            if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(P2 + r * (FA_BC / 2)));
         }
-        kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, D, alpha, O, D);
+        if (bf16)
+            kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, P2, FA_BC / 2, (const uint32_t *)Vpack, D,
+                          alpha, O, D);
+        else
+            kern->pv((int)R, (int)n, (int)D, S, FA_BC, Vpack, D, alpha, O, D);
     }
 
     for (int64_t r = 0; r < R; r++) {
@@ -128,7 +147,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     const int nthreads = fa__context_threads(ctx);
     const size_t rows = (size_t)(pl.g * pl.br);
     pl.scratch_floats = 2 * fa__round_up(rows * p->D) + fa__round_up(rows * FA_BC) + 3 * fa__round_up(rows) +
-                        3 * fa__round_up((size_t)FA_BC * p->D);
+                        3 * fa__round_up((size_t)FA_BC * p->D) + fa__round_up(rows * FA_BC / 2);
     pl.task_start = malloc((size_t)(p->B + 1) * sizeof *pl.task_start);
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) {

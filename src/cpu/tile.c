@@ -74,6 +74,45 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
     return pack;
 }
 
+void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride) {
+    const uint16_t *s = src;
+    if (stride == 1) memcpy(dst, s, (size_t)n * sizeof *dst);
+    else
+        for (int64_t t = 0; t < n; t++) dst[t] = s[t * stride];
+    if (n & 1) dst[n] = 0;
+}
+
+void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
+                     int64_t hk, int64_t n, uint32_t *pack, uint16_t *tmp) {
+    const fa__view *x = &p->k;
+    const int64_t D = p->D, D2 = (D + 1) / 2;
+    /* A pair is one 32-bit word, so Kᵀ in pairs is a 32-bit transpose of the key rows. */
+    if (x->sd == 1 && D % 2 == 0 && x->ss % 2 == 0) {
+        kern->transpose((int)n, (int)D2, fa__elem(x, b, row0, hk), x->ss / 2, (float *)pack, FA_BC);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++)
+        fa__copy_bf16_row(tmp + j * 2 * D2, fa__elem(x, b, row0 + j, hk), D, x->sd);
+    kern->transpose((int)n, (int)D2, (const float *)tmp, D2, (float *)pack, FA_BC);
+}
+
+void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
+                     int64_t hk, int64_t n, uint32_t *pack) {
+    const fa__view *x = &p->v;
+    const int64_t D = p->D;
+    for (int64_t j = 0; j < n; j += 2) {
+        const uint16_t *r0 = fa__elem(x, b, row0 + j, hk);                          // r0: [D]
+        const uint16_t *r1 = j + 1 < n ? fa__elem(x, b, row0 + j + 1, hk) : NULL; // r1: [D]
+        uint32_t *dst = pack + (j / 2) * D;                                         // dst: [D]
+        if (r1 && x->sd == 1) kern->interleave_bf16((int)D, r0, r1, dst);
+        else if (r1)
+            for (int64_t t = 0; t < D; t++)
+                dst[t] = (uint32_t)r0[t * x->sd] | (uint32_t)r1[t * x->sd] << 16;
+        else
+            for (int64_t t = 0; t < D; t++) dst[t] = r0[t * x->sd];
+    }
+}
+
 void fa__score_scales(const fa__problem *p, float *qscale, float *softcap_l2) {
     if (p->softcap > 0.0f) {
         *qscale = p->scale / p->softcap;

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bf16.c — AVX512_BF16 microkernels: both products with vdpbf16ps, which multiplies pairs of
+ * bf16 and accumulates in fp32. Called only when features.c has seen AVX512_BF16.
+ *
+ * Operands hold bf16 pairs along the reduction dimension in 32-bit words ("VNNI" layout):
+ *   qk: S[m, n] = scale · Q[m, d] K[n, d]ᵀ  with Q as [m, d2] pairs and K packed as [d2, n] pairs
+ *   pv: O[m, d] = diag(alpha) O + P[m, n] V[n, d]  with P as [m, n2] pairs, V as [n2, d] pairs
+ * (d2 = ceil(d / 2), n2 = ceil(n / 2), an odd tail padded with bf16 zero). The tiles are those
+ * of avx512.c: MR rows x 32 columns in 2·MR zmm accumulators, one broadcast pair per row.
+ */
+#include "../kernels.h"
+
+#include <immintrin.h>
+
+static inline __mmask16 tail_mask(int left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+}
+
+/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + A B, then times `scale`. k counts pairs. */
+#define FA_BF16_TILE(MR)                                                                           \
+    static inline void tile_##MR(int k, const uint32_t *a, int64_t lda, const uint32_t *b,         \
+                                 int64_t ldb, const float *beta, float scale, float *c,            \
+                                 int64_t ldc, __mmask16 m0, __mmask16 m1) {                        \
+        __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                 \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
+            if (beta) {                                                                            \
+                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
+                acc[i][0] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc));             \
+                acc[i][1] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));        \
+            } else {                                                                               \
+                acc[i][0] = _mm512_setzero_ps();                                                   \
+                acc[i][1] = _mm512_setzero_ps();                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < k; t++) {                                                              \
+            /* B[t, 0:32]: 32 columns of one pair each */                                         \
+            const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + t * ldb);             \
+            const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + t * ldb + 16);        \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
+                const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i * lda + t]);             \
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);                                   \
+                acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);                                   \
+            }                                                                                      \
+        }                                                                                          \
+        const __m512 vs = _mm512_set1_ps(scale);                                                   \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
+            _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_mul_ps(vs, acc[i][0]));                  \
+            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_mul_ps(vs, acc[i][1]));             \
+        }                                                                                          \
+    }
+
+FA_BF16_TILE(14)
+FA_BF16_TILE(8)
+FA_BF16_TILE(4)
+FA_BF16_TILE(2)
+FA_BF16_TILE(1)
+
+static void gemm(int m, int n, int k2, const uint32_t *a, int64_t lda, const uint32_t *b,
+                 int64_t ldb, const float *beta, float scale, float *c, int64_t ldc) {
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        const __mmask16 m0 = tail_mask(n - j0), m1 = tail_mask(n - j0 - 16);
+        const uint32_t *bj = b + j0;
+        float *cj = c + j0;
+        int i = 0;
+#define FA_BF16_RUN(MR)                                                                            \
+    tile_##MR(k2, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, scale, cj + i * ldc, ldc, m0, m1); \
+    i += MR
+        while (i + 14 <= m) { FA_BF16_RUN(14); }
+        if (m - i >= 8) { FA_BF16_RUN(8); }
+        if (m - i >= 4) { FA_BF16_RUN(4); }
+        if (m - i >= 2) { FA_BF16_RUN(2); }
+        if (m - i >= 1) { FA_BF16_RUN(1); }
+#undef FA_BF16_RUN
+    }
+}
+
+void fa__qk_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq, const uint32_t *k,
+                        int64_t ldk, float scale, float *s, int64_t lds) {
+    gemm(m, n, d2, q, ldq, k, ldk, 0, scale, s, lds);
+}
+
+void fa__pv_bf16_avx512(int m, int n2, int d, const uint32_t *p, int64_t ldp, const uint32_t *v,
+                        int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n2, p, ldp, v, ldv, alpha, 1.0f, o, ldo);
+}
+
+/* fp32 -> bf16 with round to nearest even (vcvtneps2bf16); an odd n gets a zero pad. */
+void fa__to_bf16_avx512(int n, const float *x, uint16_t *y) {
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm256_storeu_si256((__m256i *)(y + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + j)));
+    if (j < n) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + j));
+        _mm256_mask_storeu_epi16(y + j, k, h);
+    }
+    if (n & 1) y[n] = 0;
+}
+
+void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst) {
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 k = tail_mask(n - t);
+        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a + t));
+        const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, b + t));
+        _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
