@@ -9,8 +9,8 @@
  *   dQ = scale · dS K,   dK = scale · dSᵀ Q.
  * P is recomputed from the saved lse, so no O(Sq·Sk) state is kept. Three parallel passes:
  *   0. Δ for every (batch, head, row)                            tasks: (b, h)
- *   1. dK, dV of one block of Bc keys of one KV head, summed over  tasks: (b, hk, key block)
- *      the query heads that share it and every query block that sees it
+ *   1. dK, dV of FA_KV_TASK blocks of Bc keys of one KV head,      tasks: (b, hk, key blocks)
+ *      summed over the query heads that share it and every query block that sees it
  *   2. dQ of one block of Br query rows of one head               tasks: (b, h, query block)
  * Both gradient passes build the same tile (S, P, dPd, dS: [Br, Bc]); pass 1 transposes P and dS
  * to feed them to the microkernels as left operands.
@@ -23,6 +23,7 @@
 #include <string.h>
 
 enum {
+    FA_KV_TASK = 4, /* key blocks per dK/dV task: Q and dO are loaded once for all of them */
     FA_BR = 126,                                       /* query rows per tile: 9 x 14, 21 x 6 */
     FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC /* length of the vector of ones */
 };
@@ -43,10 +44,10 @@ typedef struct bwd_scratch {
     float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout */
     float *P, *dS;      /* [Br, Bc] */
     float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 */
-    float *Kt, *Vt;     /* [D, Bc] */
+    float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc]; pass 2 uses the first */
     float *K;           /* [Bc, D] (pass 2) */
     float *tmp;         /* [Bc, D]: rows on their way to a transpose */
-    float *acc1, *acc2; /* pass 1: dK, dV [Bc, D]; pass 2: dQ [Br, D] in acc1 */
+    float *acc1, *acc2; /* pass 1: dK, dV [FA_KV_TASK·Bc, D]; pass 2: dQ [Br, D] in acc1 */
     float *lse2, *dlt;  /* [Br]: lse in the exp2 domain, Δ */
     float *dtanh;       /* [Bc] */
     float *ones;        /* [FA_ONES] */
@@ -55,12 +56,12 @@ typedef struct bwd_scratch {
 static size_t carve(bwd_scratch *s, float *base, int64_t D) {
     const size_t rd = fa__round_up((size_t)FA_BR * D), cd = fa__round_up((size_t)FA_BC * D);
     const size_t rc = fa__round_up((size_t)FA_BR * FA_BC), r = fa__round_up(FA_BR);
-    const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES);
+    const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES), kcd = FA_KV_TASK * cd;
     float *at = base;
 #define FA_TAKE(field, n) (s->field = at, at += (n))
     FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
-    FA_TAKE(dST, rc), FA_TAKE(Kt, cd), FA_TAKE(Vt, cd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
-    FA_TAKE(acc1, rd > cd ? rd : cd), FA_TAKE(acc2, cd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
+    FA_TAKE(dST, rc), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
+    FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
     FA_TAKE(dtanh, c), FA_TAKE(ones, m);
 #undef FA_TAKE
     return (size_t)(at - base);
@@ -108,15 +109,15 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     }
 }
 
-/* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt loaded): leaves Pd in s->P and dS
- * (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc]. */
-static void tile(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h, int64_t i0,
-                 int64_t nr, int64_t j0, int64_t n) {
+/* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
+ * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc]. */
+static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
+                 int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    kern->qk((int)nr, (int)n, (int)D, s->Q, D, s->Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
-    kern->qk((int)nr, (int)n, (int)D, s->dO, D, s->Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
+    kern->qk((int)nr, (int)n, (int)D, s->Q, D, Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
+    kern->qk((int)nr, (int)n, (int)D, s->dO, D, Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
     const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
     for (int64_t r = 0; r < nr; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
@@ -131,10 +132,12 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h,
     }
 }
 
-static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t hk,
+/* Kᵀ and Vᵀ of keys row0..row0+n into the kb-th block of s->Kt and s->Vt ([D, Bc] each). */
+static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, int kb, int64_t b, int64_t hk,
                     int64_t row0, int64_t n) {
-    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, s->Kt, s->tmp); // Kᵀ: [D, n]
-    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, s->Vt, s->tmp); // Vᵀ: [D, n]
+    const size_t at = (size_t)kb * fa__round_up((size_t)FA_BC * pl->p->D);
+    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, s->Kt + at, s->tmp);
+    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, s->Vt + at, s->tmp);
 }
 
 /* ---- pass 1: dK, dV ---- */
@@ -148,14 +151,19 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
 
     const int64_t b = fa__task_batch(pl->start[1], p->B, task), local = task - pl->start[1][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    const int64_t nkb = (sk + FA_BC - 1) / FA_BC, hk = local / nkb, j0 = local % nkb * FA_BC;
-    const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC, rk = fa__row0_k(p, b);
+    const int64_t span = (int64_t)FA_KV_TASK * FA_BC, nkt = (sk + span - 1) / span;
+    const int64_t hk = local / nkt, j0 = local % nkt * span, rk = fa__row0_k(p, b);
+    const int64_t n = sk - j0 < span ? sk - j0 : span, nblocks = (n + FA_BC - 1) / FA_BC;
+    const size_t stride = fa__round_up((size_t)FA_BC * D); /* between packed blocks */
 
-    pack_kv(pl, &s, b, hk, rk + j0, n);
+    for (int kb = 0; kb < nblocks; kb++) {
+        const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
+        pack_kv(pl, &s, kb, b, hk, rk + jb, nb);
+    }
     memset(s.acc1, 0, (size_t)n * D * sizeof(float)); // dK: [n, D]
     memset(s.acc2, 0, (size_t)n * D * sizeof(float)); // dV: [n, D]
 
-    /* Query rows that see any key of the block: [i_begin, i_end). */
+    /* Query rows that see any key of the task: [i_begin, i_end). */
     int64_t i_begin = p->window_right < 0 ? 0 : j0 - off - p->window_right;
     int64_t i_end = p->window_left < 0 ? sq : j0 + n - off + p->window_left;
     i_begin = i_begin > 0 ? i_begin : 0;
@@ -165,14 +173,18 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
         for (int64_t i0 = i_begin; i0 < i_end; i0 += FA_BR) {
             const int64_t nr = i_end - i0 < FA_BR ? i_end - i0 : FA_BR;
             load_rows(pl, &s, b, h, i0, nr);
-            tile(pl, &s, b, h, i0, nr, j0, n);
-            for (int64_t r = 0; r < nr; r++) // PT, dST: [n, nr]
-                for (int64_t j = 0; j < n; j++) {
-                    s.PT[j * FA_BR + r] = s.P[r * FA_BC + j];
-                    s.dST[j * FA_BR + r] = s.dS[r * FA_BC + j];
-                }
-            kern->pv((int)n, (int)nr, (int)D, s.dST, FA_BR, s.Q, D, s.ones, s.acc1, D);
-            kern->pv((int)n, (int)nr, (int)D, s.PT, FA_BR, s.dO, D, s.ones, s.acc2, D);
+            for (int kb = 0; kb < nblocks; kb++) {
+                const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
+                tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb);
+                for (int64_t r = 0; r < nr; r++) // PT, dST: [nb, nr]
+                    for (int64_t j = 0; j < nb; j++) {
+                        s.PT[j * FA_BR + r] = s.P[r * FA_BC + j];
+                        s.dST[j * FA_BR + r] = s.dS[r * FA_BC + j];
+                    }
+                float *dk = s.acc1 + kb * FA_BC * D, *dv = s.acc2 + kb * FA_BC * D; // [nb, D]
+                kern->pv((int)nb, (int)nr, (int)D, s.dST, FA_BR, s.Q, D, s.ones, dk, D);
+                kern->pv((int)nb, (int)nr, (int)D, s.PT, FA_BR, s.dO, D, s.ones, dv, D);
+            }
         }
     }
     const float dk_scale = p->scale / pl->qscale; /* Q was loaded times qscale */
@@ -204,9 +216,9 @@ static void dq_task(void *arg, int64_t task, int worker) {
     const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
-        pack_kv(pl, &s, b, hk, rk + j0, n);
+        pack_kv(pl, &s, 0, b, hk, rk + j0, n);
         const float *K = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp); // [n, D]
-        tile(pl, &s, b, h, i0, nr, j0, n);
+        tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n);
         kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, D, s.ones, s.acc1, D);
     }
     for (int64_t r = 0; r < nr; r++)
@@ -250,7 +262,8 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
         pl.start[0][b + 1] = pl.start[0][b] + (sq > 0 ? p->H : 0);
-        pl.start[1][b + 1] = pl.start[1][b] + p->Hk * ((sk + FA_BC - 1) / FA_BC);
+        const int64_t span = (int64_t)FA_KV_TASK * FA_BC;
+        pl.start[1][b + 1] = pl.start[1][b] + p->Hk * ((sk + span - 1) / span);
         pl.start[2][b + 1] = pl.start[2][b] + p->H * ((sq + FA_BR - 1) / FA_BR);
     }
     bwd_scratch s0;
