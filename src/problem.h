@@ -9,11 +9,18 @@
 
 #include <stdint.h>
 
-/* A validated strided view: element (b, s, h, d) is at data + b*sb + s*ss + h*sh + d*sd. */
+/* A validated strided view: element (b, s, h, d) is at data + b*sb + s*ss + h*sh + d*sd.
+ * KV caches add indirections (all NULL for plain tensors), applied in this order:
+ *   row_off:     row s of batch b is row row_off[b] + s (cache_leftpad)
+ *   block_table: paged; row r of batch b is row r % page of page block_table[b*bt_stride + r/page]
+ *                (the page is the first dimension)
+ *   batch_idx:   otherwise batch b is entry batch_idx[b] of the first dimension */
 typedef struct fa__view {
     void *data;
     int32_t dtype;
     int64_t sb, ss, sh, sd;
+    const int32_t *row_off, *block_table, *batch_idx;
+    int64_t bt_stride, page;
 } fa__view;
 
 typedef struct fa__problem {
@@ -24,6 +31,8 @@ typedef struct fa__problem {
     int64_t Sq, Sk;
     const int32_t *cu_q, *cu_k;
     int64_t total_q, total_k;
+    /* KV cache: batch b has seqlens_k[b] keys (overrides Sk; NULL otherwise). */
+    const int32_t *seqlens_k;
 
     fa__view q, k, v, out;
     fa__view dout, dq, dk, dv; /* backward only; dout is an input like out */
@@ -50,6 +59,7 @@ static inline int64_t fa__seqlen_q(const fa__problem *p, int64_t b) {
     return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->Sq;
 }
 static inline int64_t fa__seqlen_k(const fa__problem *p, int64_t b) {
+    if (p->seqlens_k) return p->seqlens_k[b];
     return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->Sk;
 }
 

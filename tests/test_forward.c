@@ -769,6 +769,11 @@ static void group_large(void) {
         {3, 530, 4, 1, 128, 1, -1, -1, 1},
         {3, 70, 200, 1, 8, 0, -1, -1, 1}, /* more query heads per KV head than rows */
         {5, 9, 130, 2, 16, 1, 4, -1, 0},
+        /* split-KV decode (g·Sq <= 16 rows, Sk > 1024: keys cut into 1024-key chunks) */
+        {1, 3000, 8, 2, 64, 0, -1, -1, 0},
+        {2, 2500, 8, 1, 32, 1, -1, -1, 1},   /* causal, ALiBi, 16 rows */
+        {1, 2100, 4, 4, 16, 0, 700, -1, 0},  /* window: whole chunks fall outside the band */
+        {4, 1030, 2, 1, 8, 1, 100, 0, 0},    /* a chunk with 6 keys, most chunks empty */
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         fcfg c = base_cfg(1, big[i].Sq, big[i].Sk, big[i].H, big[i].Hk, big[i].D);

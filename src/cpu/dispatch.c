@@ -22,6 +22,9 @@ static int has_avx512(const fa__cpu_features *f) { return f->avx512f; }
 #if defined(FA_HAVE_AVX2)
 static int has_avx2(const fa__cpu_features *f) { return f->avx2; }
 #endif
+#if defined(FA_HAVE_NEON)
+static int has_neon(const fa__cpu_features *f) { return f->neon; }
+#endif
 static int always(const fa__cpu_features *f) { return f != NULL; }
 
 /* Every kernel set compiled in, best first; ref last, usable everywhere. */
@@ -32,12 +35,17 @@ static const kernel_entry kernel_sets[] = {
 #if defined(FA_HAVE_AVX2)
     {&fa__cpu_kernels_avx2, has_avx2},
 #endif
+#if defined(FA_HAVE_NEON)
+    {&fa__cpu_kernels_neon, has_neon},
+#endif
     {&fa__cpu_kernels_ref, always},
 };
 enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
 
 static const fa__cpu_kernels *chosen;
+#if defined(FA_HAVE_AVX512)
 static fa__cpu_kernels with_bf16; /* a set plus the bf16 entries this CPU can run */
+#endif
 static char choice_note[128];
 static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;

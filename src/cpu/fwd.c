@@ -2,9 +2,9 @@
 /*
  * fwd.c — the CPU forward pass: blocking, masks and the online softmax around the microkernels.
  *
- * A task is (batch b, KV head hk, block of br query rows) and covers the g = H/Hk query heads
- * that share hk, so each K/V block is read once for all of them: R = g*br rows, row r is query
- * head hk*g + r/nr at query position i0 + r%nr. Per task:
+ * A task is (batch b, KV head hk, block of br query rows[, key chunk]) and covers the g = H/Hk
+ * query heads that share hk, so each K/V block is read once for all of them: R = g*nr rows,
+ * row r is query head hk*g + r/nr at query position i0 + r%nr. Per task:
  *   load Q (converted to fp32, pre-scaled so scores come out in the exp2 domain)
  *   for each block of Bc keys inside the task's causal/window band:
  *     S = Q Kᵀ                                  (microkernel)
@@ -12,8 +12,14 @@
  *     online softmax: m' = max(m, rowmax S), P = 2^(S - m'), alpha = 2^(m - m'), l = alpha l + ΣP
  *     O = diag(alpha) O + P V                   (microkernel)
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
- * Tasks never share outputs and the blocking does not depend on the thread count, so results
- * are bitwise identical for any number of threads.
+ *
+ * Split-KV (decode): a batch whose g·Sq rows are few (FA_SPLIT_ROWS) has too little work per
+ * task to use the threads, so its keys are cut into fixed chunks of FA_CHUNK keys, one task
+ * each, and each task leaves its unnormalized (m, l, O) in a partial; a second pass merges the
+ * partials of each (batch, KV head) in chunk order.
+ *
+ * Tasks never share outputs and neither the blocking nor the chunks depend on the thread count,
+ * so results are bitwise identical for any number of threads.
  */
 #include "cpu.h"
 
@@ -24,9 +30,13 @@
 #include <string.h>
 
 enum {
-    FA_ROWS = 126,   /* target rows (query heads x positions) per task: 9 x 14 and 21 x 6 */
-    FA_BR_MAX = 126  /* most query positions per task */
+    FA_ROWS = 126,      /* target rows (query heads x positions) per task: 9 x 14 and 21 x 6 */
+    FA_BR_MAX = 126,    /* most query positions per task */
+    FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
+    FA_CHUNK = 1024     /* keys per split chunk, a multiple of FA_BC */
 };
+
+#define FA_LN2 0.69314718055994531
 
 typedef struct fwd_plan {
     const fa__problem *p;
@@ -34,36 +44,55 @@ typedef struct fwd_plan {
     int64_t g;           /* query heads per KV head */
     int64_t br;          /* query positions per task */
     int64_t *task_start; /* [B + 1]: first task of each batch */
+    int64_t *split;      /* [B]: key chunks per (batch, KV head); 0 = not split */
+    int64_t *part_start; /* [B + 1]: first partial of each batch */
+    float *partial;      /* per partial: m, l [FA_SPLIT_ROWS] then O [FA_SPLIT_ROWS, D] */
     float *scratch;      /* [threads][scratch_floats] */
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
 } fwd_plan;
 
-static void fwd_task(void *arg, int64_t task, int worker) {
-    const fwd_plan *pl = arg;
+static size_t partial_floats(int64_t D) { return fa__round_up((size_t)FA_SPLIT_ROWS * (D + 2)); }
+
+/* The online softmax of rows R of one task over keys [j_lo, j_hi): leaves m, l and the
+ * unnormalized O in the scratch. */
+typedef struct fwd_rows {
+    int64_t b, hk, i0, nr, R;
+    float *Q, *S, *O, *m, *l, *alpha, *Kpack, *Vpack, *tmp;
+    uint32_t *P2;
+} fwd_rows;
+
+static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
+    const int64_t D = pl->p->D, Rmax = pl->g * pl->br;
+    float *at = pl->scratch + (size_t)worker * pl->scratch_floats;
+#define FA_TAKE(field, n) (t->field = at, at += fa__round_up((size_t)(n)))
+    FA_TAKE(Q, Rmax * D);      // Q: [R, D] (bf16: [R, D/2] pairs)
+    FA_TAKE(S, Rmax * FA_BC);  // S: [R, Bc]
+    FA_TAKE(O, Rmax * D);      // O: [R, D]
+    FA_TAKE(m, Rmax);          // m, l, alpha: [R]
+    FA_TAKE(l, Rmax);
+    FA_TAKE(alpha, Rmax);
+    FA_TAKE(Kpack, FA_BC * D); // Kᵀ: [D, Bc] (bf16: [D/2, Bc] pairs)
+    FA_TAKE(Vpack, FA_BC * D); // V: [Bc, D] (bf16: [Bc/2, D] pairs)
+    FA_TAKE(tmp, FA_BC * D);   // rows on their way to a transpose
+    t->P2 = (uint32_t *)at;    // bf16 P: [R, Bc/2] pairs
+    at += fa__round_up((size_t)Rmax * FA_BC / 2);
+#undef FA_TAKE
+}
+
+/* The floats carve() takes, term by term. */
+static size_t scratch_floats(const fwd_plan *pl) {
+    const size_t D = (size_t)pl->p->D, R = (size_t)(pl->g * pl->br);
+    return 2 * fa__round_up(R * D) + fa__round_up(R * FA_BC) + 3 * fa__round_up(R) +
+           3 * fa__round_up(FA_BC * D) + fa__round_up(R * FA_BC / 2);
+}
+
+static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = p->D;
-
-    /* Which batch, KV head and query block; heavier (later) query blocks first. */
-    const int64_t b = fa__task_batch(pl->task_start, p->B, task), local = task - pl->task_start[b];
+    const int64_t D = p->D, b = t->b, hk = t->hk, i0 = t->i0, nr = t->nr, R = t->R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
-    const int64_t nqb = (sq + pl->br - 1) / pl->br;
-    const int64_t hk = local / nqb, qb = nqb - 1 - local % nqb;
-    const int64_t i0 = qb * pl->br, nr = sq - i0 < pl->br ? sq - i0 : pl->br;
-    const int64_t R = pl->g * nr, rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
-    const int64_t Rmax = pl->g * pl->br;
-
-    float *Q = pl->scratch + (size_t)worker * pl->scratch_floats; // Q: [R, D]
-    float *S = Q + fa__round_up((size_t)Rmax * D);                    // S: [R, Bc]
-    float *O = S + fa__round_up((size_t)Rmax * FA_BC);                // O: [R, D]
-    float *m = O + fa__round_up((size_t)Rmax * D);                    // m, l, alpha: [R]
-    float *l = m + fa__round_up((size_t)Rmax);
-    float *alpha = l + fa__round_up((size_t)Rmax);
-    float *Kpack = alpha + fa__round_up((size_t)Rmax);                // Kᵀ: [D, Bc]
-    float *Vpack = Kpack + fa__round_up((size_t)FA_BC * D);           // V: [Bc, D]
-    float *tmp = Vpack + fa__round_up((size_t)FA_BC * D);             // [Bc, D]
-    uint32_t *P2 = (uint32_t *)(tmp + fa__round_up((size_t)FA_BC * D)); // bf16 P: [R, Bc/2] pairs
+    const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
 
     /* bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
@@ -72,26 +101,25 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     for (int64_t r = 0; r < R; r++) {
         const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
-        if (bf16) fa__copy_bf16_row((uint16_t *)((uint32_t *)Q + r * D2), src, D, p->q.sd);
-        else fa__load_f32(Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        if (bf16) fa__copy_bf16_row((uint16_t *)((uint32_t *)t->Q + r * D2), src, D, p->q.sd);
+        else fa__load_f32(t->Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
+        t->m[r] = -INFINITY;
+        t->l[r] = 0.0f;
     }
-    memset(O, 0, (size_t)R * D * sizeof *O);
+    memset(t->O, 0, (size_t)R * D * sizeof *t->O);
 
-    /* The band of keys any row of this block can see; blocks outside it are never visited. */
-    const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
-    for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
-        const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
+    for (int64_t j0 = j_lo; j0 < j_hi; j0 += FA_BC) {
+        const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
+        float *S = t->S;
         if (bf16) {
-            fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)Kpack, (uint16_t *)tmp); // [D2, n]
-            fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)Vpack);                      // [n/2, D]
-            kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)Q, D2, (const uint32_t *)Kpack,
-                          FA_BC, pl->qscale, S, FA_BC);
+            fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
+            fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
+            kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q, D2,
+                          (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S, FA_BC);
         } else {
-            fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, Kpack, tmp); // Kᵀ: [D, n]
-            fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, Vpack, tmp); // V: [n, D]
-            kern->qk((int)R, (int)n, (int)D, Q, D, Kpack, FA_BC, S, FA_BC);
+            fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
+            fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp); // V: [n, D]
+            kern->qk((int)R, (int)n, (int)D, t->Q, D, t->Kpack, FA_BC, S, FA_BC);
         }
 
         /* Only blocks that cross the band's edge for some row need the mask. */
@@ -101,29 +129,101 @@ static void fwd_task(void *arg, int64_t task, int worker) {
             const int64_t i = i0 + r % nr, h = hk * pl->g + r / nr;
             fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
             const float mx = kern->row_max((int)n, s);
-            const float m_new = mx > m[r] ? mx : m[r];
+            const float m_new = mx > t->m[r] ? mx : t->m[r];
             const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
-            alpha[r] = exp2f(m[r] - m_use);
-            l[r] = alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
-            m[r] = m_new;
+            t->alpha[r] = exp2f(t->m[r] - m_use);
+            t->l[r] = t->alpha[r] * t->l[r] + kern->exp2_sum((int)n, s, m_use);
+            t->m[r] = m_new;
             fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
-            if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(P2 + r * (FA_BC / 2)));
+            if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
         }
         if (bf16)
-            kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, P2, FA_BC / 2, (const uint32_t *)Vpack, D,
-                          alpha, O, D);
+            kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
+                          (const uint32_t *)t->Vpack, D, t->alpha, t->O, D);
         else
-            kern->pv((int)R, (int)n, (int)D, S, FA_BC, Vpack, D, alpha, O, D);
+            kern->pv((int)R, (int)n, (int)D, S, FA_BC, t->Vpack, D, t->alpha, t->O, D);
     }
+}
 
+/* out = O / l and lse for row r of a task (m, l already merged). */
+static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const float *o,
+                      float m, float l) {
+    const fa__problem *p = pl->p;
+    const int64_t rq = fa__row0_q(p, b);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    fa__store_f32(fa__elem(&p->out, b, rq + i, h), p->out.dtype, o, p->D, p->out.sd, inv);
+    if (p->lse) {
+        const double lse = l > 0.0f ? ((double)m + log2((double)l)) * FA_LN2 : -INFINITY;
+        p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
+    }
+}
+
+static void fwd_task(void *arg, int64_t task, int worker) {
+    const fwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D;
+    fwd_rows t;
+    carve(pl, &t, worker);
+
+    /* Which batch, KV head and query block (heavier, later blocks first) or key chunk. */
+    const int64_t b = fa__task_batch(pl->task_start, p->B, task), local = task - pl->task_start[b];
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    const int64_t nqb = pl->split[b] ? 1 : (sq + pl->br - 1) / pl->br;
+    const int64_t per_head = pl->split[b] ? pl->split[b] : nqb;
+    t.b = b;
+    t.hk = local / per_head;
+    const int64_t qb = pl->split[b] ? 0 : nqb - 1 - local % nqb;
+    t.i0 = qb * pl->br;
+    t.nr = sq - t.i0 < pl->br ? sq - t.i0 : pl->br;
+    t.R = pl->g * t.nr;
+
+    /* The band of keys any row of this block can see; blocks outside it are never visited. */
+    int64_t j_lo = fa__key_lo(p, t.i0, off), j_hi = fa__key_hi(p, t.i0 + t.nr - 1, off, sk);
+    if (pl->split[b]) { /* this task's chunk of the band */
+        const int64_t c = local % per_head;
+        j_lo = j_lo > c * FA_CHUNK ? j_lo : c * FA_CHUNK;
+        j_hi = j_hi < (c + 1) * FA_CHUNK ? j_hi : (c + 1) * FA_CHUNK;
+    }
+    run_rows(pl, &t, j_lo, j_hi);
+
+    if (pl->split[b]) { /* leave (m, l, O) for the merge */
+        float *part = pl->partial + (size_t)(pl->part_start[b] + local) * partial_floats(D);
+        memcpy(part, t.m, (size_t)t.R * sizeof(float));
+        memcpy(part + FA_SPLIT_ROWS, t.l, (size_t)t.R * sizeof(float));
+        memcpy(part + 2 * FA_SPLIT_ROWS, t.O, (size_t)t.R * D * sizeof(float));
+        return;
+    }
+    for (int64_t r = 0; r < t.R; r++)
+        write_row(pl, b, t.hk * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
+}
+
+/* Merges the chunk partials of one (batch, KV head) in chunk order. Task = b * Hk + hk. */
+static void merge_task(void *arg, int64_t task, int worker) {
+    const fwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, b = task / p->Hk, hk = task % p->Hk, nc = pl->split[b];
+    if (!nc) return;
+    const int64_t sq = fa__seqlen_q(p, b), R = pl->g * sq;
+    const float *first = pl->partial + (size_t)(pl->part_start[b] + hk * nc) * partial_floats(D);
+    float *o = pl->scratch + (size_t)worker * pl->scratch_floats; // o: [D]
     for (int64_t r = 0; r < R; r++) {
-        const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
-        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        fa__store_f32(fa__elem(&p->out, b, rq + i, h), p->out.dtype, O + r * D, D, p->out.sd, inv);
-        if (p->lse) {
-            const double lse = l[r] > 0.0f ? ((double)m[r] + log2((double)l[r])) * 0.69314718055994531 : -INFINITY;
-            p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < nc; c++) {
+            const float mc = first[c * partial_floats(D) + r];
+            m = mc > m ? mc : m;
         }
+        const float m_use = m == -INFINITY ? 0.0f : m;
+        float l = 0.0f;
+        memset(o, 0, (size_t)D * sizeof *o);
+        for (int64_t c = 0; c < nc; c++) {
+            const float *part = first + c * partial_floats(D);
+            const float w = exp2f(part[r] - m_use); /* an empty chunk has m = -inf: w = 0 */
+            if (w == 0.0f) continue;
+            l += w * part[FA_SPLIT_ROWS + r];
+            const float *oc = part + 2 * FA_SPLIT_ROWS + r * D;
+            for (int64_t t = 0; t < D; t++) o[t] += w * oc[t];
+        }
+        write_row(pl, b, hk * pl->g + r / sq, r % sq, o, m, l);
     }
 }
 
@@ -145,27 +245,39 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
 
     const int nthreads = fa__context_threads(ctx);
-    const size_t rows = (size_t)(pl.g * pl.br);
-    pl.scratch_floats = 2 * fa__round_up(rows * p->D) + fa__round_up(rows * FA_BC) + 3 * fa__round_up(rows) +
-                        3 * fa__round_up((size_t)FA_BC * p->D) + fa__round_up(rows * FA_BC / 2);
-    pl.task_start = malloc((size_t)(p->B + 1) * sizeof *pl.task_start);
+    pl.scratch_floats = scratch_floats(&pl);
+    pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
-    if (!pl.task_start || !pl.scratch) {
-        free(pl.task_start);
-        free(pl.scratch);
-        return fa__error(FA_ERR_NO_MEMORY, "forward: cannot allocate %zu bytes of scratch",
-                         (size_t)nthreads * pl.scratch_floats * sizeof(float));
-    }
+    if (!pl.task_start || !pl.scratch) goto no_memory;
+    pl.split = pl.task_start + p->B + 1;
+    pl.part_start = pl.split + p->B;
 
-    pl.task_start[0] = 0;
+    pl.task_start[0] = pl.part_start[0] = 0;
     for (int64_t b = 0; b < p->B; b++) {
-        const int64_t nqb = (fa__seqlen_q(p, b) + pl.br - 1) / pl.br;
-        pl.task_start[b + 1] = pl.task_start[b] + p->Hk * nqb;
+        const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
+        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > FA_CHUNK;
+        pl.split[b] = split ? (sk + FA_CHUNK - 1) / FA_CHUNK : 0;
+        const int64_t per_head = split ? pl.split[b] : (sq + pl.br - 1) / pl.br;
+        pl.task_start[b + 1] = pl.task_start[b] + p->Hk * per_head;
+        pl.part_start[b + 1] = pl.part_start[b] + (split ? p->Hk * per_head : 0);
+    }
+    pl.partial = NULL;
+    if (pl.part_start[p->B] > 0) {
+        pl.partial = malloc((size_t)pl.part_start[p->B] * partial_floats(p->D) * sizeof(float));
+        if (!pl.partial) goto no_memory;
     }
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.task_start[p->B], fwd_task, &pl);
+    if (pl.partial) fa__context_run(ctx, p->B * p->Hk, merge_task, &pl);
 
+    free(pl.partial);
     free(pl.task_start);
     free(pl.scratch);
     return FA_OK;
+
+no_memory:
+    free(pl.task_start);
+    free(pl.scratch);
+    return fa__error(FA_ERR_NO_MEMORY, "forward: cannot allocate scratch for %d threads",
+                     nthreads);
 }

@@ -13,7 +13,13 @@
 #include <string.h>
 
 void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h) {
-    return (char *)x->data + (b * x->sb + s * x->ss + h * x->sh) * fa__dtype_size(x->dtype);
+    if (x->row_off) s += x->row_off[b];
+    int64_t first = x->batch_idx ? x->batch_idx[b] : b; /* index into the first dimension */
+    if (x->block_table) {
+        first = x->block_table[b * x->bt_stride + s / x->page];
+        s %= x->page;
+    }
+    return (char *)x->data + (first * x->sb + s * x->ss + h * x->sh) * fa__dtype_size(x->dtype);
 }
 
 void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
@@ -60,7 +66,7 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
                           int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
                           float *pack, float *tmp) {
     const int64_t D = p->D;
-    if (transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1) {
+    if (transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table) {
         kern->transpose((int)n, (int)D, fa__elem(x, b, row0, hk), x->ss, pack, FA_BC);
         return pack;
     }
@@ -87,7 +93,7 @@ void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t 
     const fa__view *x = &p->k;
     const int64_t D = p->D, D2 = (D + 1) / 2;
     /* A pair is one 32-bit word, so Kᵀ in pairs is a 32-bit transpose of the key rows. */
-    if (x->sd == 1 && D % 2 == 0 && x->ss % 2 == 0) {
+    if (x->sd == 1 && D % 2 == 0 && x->ss % 2 == 0 && !x->block_table) {
         kern->transpose((int)n, (int)D2, fa__elem(x, b, row0, hk), x->ss / 2, (float *)pack, FA_BC);
         return;
     }
@@ -134,8 +140,11 @@ void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_
         }
     }
     if (p->alibi) {
-        const float slope = p->alibi[b * p->alibi_sb + h * p->alibi_sh] * FA_LOG2E;
-        for (int64_t j = 0; j < n; j++) s[j] -= slope * fabsf((float)(i + off - (j0 + j)));
+        /* In double: in fp32 the rounding of slope·log2(e) alone grows with the distance into a
+         * tilt of the whole row, visible in fp32 outputs once rows reach thousands of keys. */
+        const double slope = p->alibi[b * p->alibi_sb + h * p->alibi_sh] * 1.4426950408889634;
+        for (int64_t j = 0; j < n; j++)
+            s[j] = (float)((double)s[j] - slope * fabs((double)(i + off - (j0 + j))));
     }
     if (masked) {
         const int64_t lo = fa__key_lo(p, i, off), hi = fa__key_hi(p, i, off, sk);

@@ -17,7 +17,9 @@ typedef struct fa__cpu_kernels {
     void (*qk)(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                float *s, int64_t lds);
 
-    /* O = diag(alpha) O + P V.  P: [m, n] (ldp), V: [n, d] (ldv), alpha: [m], O: [m, d] (ldo). */
+    /* O = diag(alpha) O + P V.  P: [m, n] (ldp), V: [n, d] (ldv), alpha: [m], O: [m, d] (ldo).
+     * P V is summed on its own before it is added, so a long sum over many calls (keys) keeps
+     * its rounding error to about (n + calls) ulps instead of growing with every key. */
     void (*pv)(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                const float *alpha, float *o, int64_t ldo);
 
@@ -49,6 +51,7 @@ typedef struct fa__cpu_kernels {
 extern const fa__cpu_kernels fa__cpu_kernels_ref;
 extern const fa__cpu_kernels fa__cpu_kernels_avx2;   /* FA_HAVE_AVX2 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_avx512; /* FA_HAVE_AVX512 builds */
+extern const fa__cpu_kernels fa__cpu_kernels_neon;   /* FA_HAVE_NEON builds (AArch64) */
 
 /* The AVX512_BF16 entries of the avx512 set (avx512bf16/bf16.c); dispatch.c fits them in only on
  * CPUs that have the instructions. */

@@ -26,14 +26,8 @@ static inline __m256i lanes(int left) {
                                  __m256i k0, __m256i k1) {                                         \
         __m256 acc[MR][2]; /* C tile: [MR, 16] */                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
-            if (beta) {                                                                            \
-                const __m256 s = _mm256_set1_ps(beta[i]);                                         \
-                acc[i][0] = _mm256_mul_ps(s, _mm256_maskload_ps(c + i * ldc, k0));                \
-                acc[i][1] = _mm256_mul_ps(s, _mm256_maskload_ps(c + i * ldc + 8, k1));            \
-            } else {                                                                               \
-                acc[i][0] = _mm256_setzero_ps();                                                   \
-                acc[i][1] = _mm256_setzero_ps();                                                   \
-            }                                                                                      \
+            acc[i][0] = _mm256_setzero_ps();                                                       \
+            acc[i][1] = _mm256_setzero_ps();                                                       \
         }                                                                                          \
         for (int t = 0; t < k; t++) {                                                              \
             const __m256 b0 = _mm256_maskload_ps(b + t * ldb, k0);     /* B[t, 0:8] */            \
@@ -44,7 +38,13 @@ static inline __m256i lanes(int left) {
                 acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);                                    \
             }                                                                                      \
         }                                                                                          \
+        /* C = beta C + (this call's sum): summing each call apart keeps long sums accurate */    \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
+            if (beta) {                                                                            \
+                const __m256 s = _mm256_set1_ps(beta[i]);                                         \
+                acc[i][0] = _mm256_fmadd_ps(s, _mm256_maskload_ps(c + i * ldc, k0), acc[i][0]);   \
+                acc[i][1] = _mm256_fmadd_ps(s, _mm256_maskload_ps(c + i * ldc + 8, k1), acc[i][1]); \
+            }                                                                                      \
             _mm256_maskstore_ps(c + i * ldc, k0, acc[i][0]);                                       \
             _mm256_maskstore_ps(c + i * ldc + 8, k1, acc[i][1]);                                   \
         }                                                                                          \

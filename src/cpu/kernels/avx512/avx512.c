@@ -30,14 +30,8 @@ static inline void panel_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
                                  __mmask16 m0, __mmask16 m1) {                                     \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                 \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
-            if (beta) {                                                                            \
-                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
-                acc[i][0] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc));             \
-                acc[i][1] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));        \
-            } else {                                                                               \
-                acc[i][0] = _mm512_setzero_ps();                                                   \
-                acc[i][1] = _mm512_setzero_ps();                                                   \
-            }                                                                                      \
+            acc[i][0] = _mm512_setzero_ps();                                                       \
+            acc[i][1] = _mm512_setzero_ps();                                                       \
         }                                                                                          \
         for (int t = 0; t < k; t++) {                                                              \
             const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + t * ldb);      /* B[t, 0:16] */      \
@@ -48,7 +42,14 @@ static inline void panel_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
                 acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);                                    \
             }                                                                                      \
         }                                                                                          \
+        /* C = beta C + (this call's sum): summing each call apart keeps long sums accurate */    \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
+            if (beta) {                                                                            \
+                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
+                acc[i][0] = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc), acc[i][0]); \
+                acc[i][1] =                                                                        \
+                    _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16), acc[i][1]);    \
+            }                                                                                      \
             _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);                                     \
             _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);                                \
         }                                                                                          \

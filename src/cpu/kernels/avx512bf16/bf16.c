@@ -17,21 +17,15 @@ static inline __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
 }
 
-/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + A B, then times `scale`. k counts pairs. */
+/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs. */
 #define FA_BF16_TILE(MR)                                                                           \
     static inline void tile_##MR(int k, const uint32_t *a, int64_t lda, const uint32_t *b,         \
                                  int64_t ldb, const float *beta, float scale, float *c,            \
                                  int64_t ldc, __mmask16 m0, __mmask16 m1) {                        \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                 \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
-            if (beta) {                                                                            \
-                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
-                acc[i][0] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc));             \
-                acc[i][1] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16));        \
-            } else {                                                                               \
-                acc[i][0] = _mm512_setzero_ps();                                                   \
-                acc[i][1] = _mm512_setzero_ps();                                                   \
-            }                                                                                      \
+            acc[i][0] = _mm512_setzero_ps();                                                       \
+            acc[i][1] = _mm512_setzero_ps();                                                       \
         }                                                                                          \
         for (int t = 0; t < k; t++) {                                                              \
             /* B[t, 0:32]: 32 columns of one pair each */                                         \
@@ -43,10 +37,17 @@ static inline __mmask16 tail_mask(int left) {
                 acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);                                   \
             }                                                                                      \
         }                                                                                          \
+        /* C = beta C + scale (this call's sum): summing each call apart keeps long sums accurate */ \
         const __m512 vs = _mm512_set1_ps(scale);                                                   \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
-            _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_mul_ps(vs, acc[i][0]));                  \
-            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_mul_ps(vs, acc[i][1]));             \
+            __m512 c0 = _mm512_mul_ps(vs, acc[i][0]), c1 = _mm512_mul_ps(vs, acc[i][1]);          \
+            if (beta) {                                                                            \
+                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
+                c0 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc), c0);              \
+                c1 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16), c1);         \
+            }                                                                                      \
+            _mm512_mask_storeu_ps(c + i * ldc, m0, c0);                                            \
+            _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1);                                       \
         }                                                                                          \
     }
 

@@ -23,17 +23,23 @@ static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float
     }
 }
 
+/* Each call's P V is summed apart and then added to alpha O: long rows accumulate in blocks,
+ * which keeps the rounding error of a sum over many keys small. */
 static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                    const float *alpha, float *o, int64_t ldo) {
+    enum { D_MAX = 256 }; /* the library's largest head dim */
+    float acc[D_MAX];
     for (int i = 0; i < m; i++) {
         float *oi = o + i * ldo; // oi: [d]
-        const float a = alpha[i];
-        for (int t = 0; t < d; t++) oi[t] *= a;
-        for (int j = 0; j < n; j++) {
-            const float pij = p[i * ldp + j];
-            if (pij == 0.0f) continue; // masked keys contribute nothing
-            const float *vj = v + j * ldv; // vj: [d]
-            for (int t = 0; t < d; t++) oi[t] += pij * vj[t];
+        for (int t0 = 0; t0 < d; t0 += D_MAX) {
+            const int dt = d - t0 < D_MAX ? d - t0 : D_MAX;
+            for (int t = 0; t < dt; t++) acc[t] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float pij = p[i * ldp + j];
+                const float *vj = v + j * ldv + t0; // vj: [dt]
+                for (int t = 0; t < dt; t++) acc[t] += pij * vj[t];
+            }
+            for (int t = 0; t < dt; t++) oi[t0 + t] = alpha[i] * oi[t0 + t] + acc[t];
         }
     }
 }

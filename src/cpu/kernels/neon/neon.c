@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * neon.c — AArch64 Advanced SIMD (NEON) microkernels. Advanced SIMD is mandatory on AArch64, so
+ * this file needs no special flags and features.c reports it on every __aarch64__ build.
+ *
+ * One register-tiled GEMM serves both products, C[m, n] = diag(beta) C + A[m, k] B[k, n], as
+ * BLIS does on armv8a but with the tile turned round: 12 rows x 8 columns in 24 q-register
+ * accumulators. Each step of k loads one 8-wide row of B (2 q registers) and 12 elements of A
+ * (3 q registers, from a strip of A packed as [k][12]) and does 24 FMLA by element. 12 x 8
+ * rather than 8 x 12 because the column counts here are Bc = 64 keys (qk) and D = 64 / 128
+ * (pv), multiples of 8 but not of 12, while the row count R = g*br already has a tail.
+ */
+#include "../kernels.h"
+
+#include <arm_neon.h>
+#include <math.h>
+
+enum {
+    MR = 12, /* rows of a tile: 3 q registers of A per step of k */
+    NR = 8,  /* columns of a tile: 2 q registers of B per step of k */
+    KC = 256 /* steps of k per packed strip of A: [KC][MR] floats, 12 KiB on the stack */
+};
+
+/* In place: r[e][l] becomes r[l][e] (a 4 x 4 block of floats). */
+static inline void transpose4(float32x4_t r[4]) {
+    const float32x4_t t0 = vtrn1q_f32(r[0], r[1]); /* r0[0] r1[0] r0[2] r1[2] */
+    const float32x4_t t1 = vtrn2q_f32(r[0], r[1]); /* r0[1] r1[1] r0[3] r1[3] */
+    const float32x4_t t2 = vtrn1q_f32(r[2], r[3]); /* r2[0] r3[0] r2[2] r3[2] */
+    const float32x4_t t3 = vtrn2q_f32(r[2], r[3]); /* r2[1] r3[1] r2[3] r3[3] */
+    r[0] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[1] = vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+    r[2] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2)));
+    r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
+}
+
+/* ap: [kc][mrp] = A[0:rows, 0:kc]ᵀ with rows rows..mrp zero (mrp a multiple of 4, rows <= mrp). */
+static void pack_a(int rows, int mrp, int kc, const float *a, int64_t lda, float *ap) {
+    for (int i0 = 0; i0 < mrp; i0 += 4) {
+        int t = 0;
+        for (; t + 4 <= kc; t += 4) {
+            float32x4_t r[4]; /* r[e] = A[i0 + e, t:t+4] */
+            for (int e = 0; e < 4; e++)
+                r[e] = i0 + e < rows ? vld1q_f32(a + (i0 + e) * lda + t) : vdupq_n_f32(0.0f);
+            transpose4(r);
+            for (int l = 0; l < 4; l++) vst1q_f32(ap + (t + l) * mrp + i0, r[l]);
+        }
+        for (; t < kc; t++)
+            for (int e = 0; e < 4; e++) ap[t * mrp + i0 + e] = i0 + e < rows ? a[(i0 + e) * lda + t] : 0.0f;
+    }
+}
+
+/* acc[i][v] += b[v] * a[lane] for the 4 rows i = 4q .. 4q+3 held in the lanes of a. */
+#define FA_NEON_FMLA4(q, v)                                                                        \
+    do {                                                                                           \
+        acc[4 * (q) + 0][v] = vfmaq_laneq_f32(acc[4 * (q) + 0][v], bv[v], aq, 0);                  \
+        acc[4 * (q) + 1][v] = vfmaq_laneq_f32(acc[4 * (q) + 1][v], bv[v], aq, 1);                  \
+        acc[4 * (q) + 2][v] = vfmaq_laneq_f32(acc[4 * (q) + 2][v], bv[v], aq, 2);                  \
+        acc[4 * (q) + 3][v] = vfmaq_laneq_f32(acc[4 * (q) + 3][v], bv[v], aq, 3);                  \
+    } while (0)
+
+/* One MRP x 4*NV tile of C from ap ([kc][MRP], packed A) and b ([kc, 4*NV], row stride ldb).
+ * load == 0: C = A B; else C = diag(beta) C + A B (beta NULL: C + A B). Only the first `rows`
+ * rows of C are read or written (the packed rows past them are zeros). */
+#define FA_NEON_TILE(MRP, NV)                                                                      \
+    static inline void tile_##MRP##x##NV(int kc, const float *ap, const float *b, int64_t ldb,     \
+                                         int load, const float *beta, float *c, int64_t ldc,       \
+                                         int rows) {                                               \
+        float32x4_t acc[MRP][NV]; /* C tile: [MRP, 4*NV] */                                       \
+        _Pragma("GCC unroll 12") for (int i = 0; i < MRP; i++) {                                   \
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) {                                 \
+                if (load && i < rows) {                                                            \
+                    const float32x4_t x = vld1q_f32(c + i * ldc + 4 * v);                          \
+                    acc[i][v] = beta ? vmulq_n_f32(x, beta[i]) : x;                                \
+                } else {                                                                           \
+                    acc[i][v] = vdupq_n_f32(0.0f);                                                 \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < kc; t++) {                                                             \
+            float32x4_t bv[NV]; /* B[t, 0:4*NV] */                                                 \
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) bv[v] = vld1q_f32(b + t * ldb + 4 * v); \
+            _Pragma("GCC unroll 3") for (int q = 0; q < (MRP) / 4; q++) {                          \
+                const float32x4_t aq = vld1q_f32(ap + t * (MRP) + 4 * q); /* A[4q:4q+4, t] */      \
+                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) FA_NEON_FMLA4(q, v);          \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 12") for (int i = 0; i < MRP; i++) {                                   \
+            if (i < rows) {                                                                        \
+                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)                               \
+                    vst1q_f32(c + i * ldc + 4 * v, acc[i][v]);                                     \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+FA_NEON_TILE(12, 2)
+FA_NEON_TILE(12, 1)
+FA_NEON_TILE(8, 2)
+FA_NEON_TILE(8, 1)
+FA_NEON_TILE(4, 2)
+FA_NEON_TILE(4, 1)
+
+/* One tile of mrp (12, 8 or 4) packed rows and nv (2 or 1) vectors of columns. */
+static inline void tile(int mrp, int nv, int kc, const float *ap, const float *b, int64_t ldb,
+                        int load, const float *beta, float *c, int64_t ldc, int rows) {
+    if (mrp == 12) {
+        if (nv == 2) tile_12x2(kc, ap, b, ldb, load, beta, c, ldc, rows);
+        else tile_12x1(kc, ap, b, ldb, load, beta, c, ldc, rows);
+    } else if (mrp == 8) {
+        if (nv == 2) tile_8x2(kc, ap, b, ldb, load, beta, c, ldc, rows);
+        else tile_8x1(kc, ap, b, ldb, load, beta, c, ldc, rows);
+    } else {
+        if (nv == 2) tile_4x2(kc, ap, b, ldb, load, beta, c, ldc, rows);
+        else tile_4x1(kc, ap, b, ldb, load, beta, c, ldc, rows);
+    }
+}
+
+/* C[m, n] = A[m, k] B[k, n] (load == 0) or diag(beta) C + A B (load == 1). Row strips of MR
+ * (the last one 12, 8 or 4 rows with zero padding), k in chunks of KC (the later chunks add to
+ * C), columns in tiles of 8 then 4; the last n % 4 columns go through a zero-padded copy of B
+ * and C so that nothing outside C[m, n] or B[k, n] is touched. */
+static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                 int load, const float *beta, float *c, int64_t ldc) {
+    float ap[KC * MR];     /* packed strip of A: [kc][mrp] */
+    float bp[KC * 4];      /* the last n % 4 columns of B, padded: [kc][4] */
+    float cp[MR * 4];      /* the matching columns of C, padded: [mrp][4] */
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        const int rows = m - i0 < MR ? m - i0 : MR;
+        const int mrp = rows > 8 ? 12 : rows > 4 ? 8 : 4;
+        const float *ai = a + i0 * lda;
+        float *ci = c + i0 * ldc;
+        int k0 = 0;
+        do { /* at least once, so k == 0 still gives C = 0 or diag(beta) C */
+            const int kc = k - k0 < KC ? k - k0 : KC;
+            const int ld = load || k0 > 0;
+            const float *bt = beta && k0 == 0 ? beta + i0 : 0;
+            const float *bk = b + k0 * ldb;
+            pack_a(rows, mrp, kc, ai + k0, lda, ap);
+            int j = 0;
+            for (; j + 8 <= n; j += 8) tile(mrp, 2, kc, ap, bk + j, ldb, ld, bt, ci + j, ldc, rows);
+            if (j + 4 <= n) {
+                tile(mrp, 1, kc, ap, bk + j, ldb, ld, bt, ci + j, ldc, rows);
+                j += 4;
+            }
+            if (j < n) {
+                const int cols = n - j;
+                for (int t = 0; t < kc; t++)
+                    for (int u = 0; u < 4; u++) bp[t * 4 + u] = u < cols ? bk[t * ldb + j + u] : 0.0f;
+                for (int i = 0; i < mrp; i++)
+                    for (int u = 0; u < 4; u++) cp[i * 4 + u] = i < rows && u < cols && ld ? ci[i * ldc + j + u] : 0.0f;
+                tile(mrp, 1, kc, ap, bp, 4, ld, bt, cp, 4, rows);
+                for (int i = 0; i < rows; i++)
+                    for (int u = 0; u < cols; u++) ci[i * ldc + j + u] = cp[i * 4 + u];
+            }
+            k0 += KC;
+        } while (k0 < k);
+    }
+}
+
+static void qk_neon(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
+                    float *s, int64_t lds) {
+    gemm(m, n, d, q, ldq, kt, ldk, 0, 0, s, lds);
+}
+
+static void pv_neon(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
+                    const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, p, ldp, v, ldv, 1, alpha, o, ldo);
+}
+
+/* 4 x 4 blocks through transpose4; the ragged edges (n % 4 rows, d % 4 columns) element by
+ * element. */
+static void transpose_neon(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
+    const int n4 = n & ~3, d4 = d & ~3;
+    for (int j0 = 0; j0 < n4; j0 += 4) {
+        for (int t0 = 0; t0 < d4; t0 += 4) {
+            float32x4_t r[4]; /* r[e] = src[j0 + e, t0:t0+4] */
+            for (int e = 0; e < 4; e++) r[e] = vld1q_f32(src + (j0 + e) * lds + t0);
+            transpose4(r);
+            for (int e = 0; e < 4; e++) vst1q_f32(dst + (t0 + e) * ldd + j0, r[e]);
+        }
+        for (int t = d4; t < d; t++)
+            for (int e = 0; e < 4; e++) dst[t * ldd + j0 + e] = src[(j0 + e) * lds + t];
+    }
+    for (int j = n4; j < n; j++)
+        for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
+}
+
+/* max over x[0..n): FMAXNM, so a NaN is passed over as in ref; the last n % 4 elements are
+ * loaded into a -inf padded vector. */
+static float row_max_neon(int n, const float *x) {
+    float32x4_t mx0 = vdupq_n_f32(-INFINITY), mx1 = mx0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        mx0 = vmaxnmq_f32(mx0, vld1q_f32(x + j));
+        mx1 = vmaxnmq_f32(mx1, vld1q_f32(x + j + 4));
+    }
+    for (; j + 4 <= n; j += 4) mx0 = vmaxnmq_f32(mx0, vld1q_f32(x + j));
+    if (j < n) {
+        float tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (int u = 0; j + u < n; u++) tail[u] = x[j + u];
+        mx1 = vmaxnmq_f32(mx1, vld1q_f32(tail));
+    }
+    return vmaxnmvq_f32(vmaxnmq_f32(mx0, mx1));
+}
+
+/* 2^x for x <= 127, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by the degree-6
+ * polynomial of avx2.c, times 2^n built in the exponent bits. Below -126 the result is flushed
+ * to 0, and so is NaN (x >= -126 is false for both): -inf, and -inf - -inf, give exactly 0. */
+static inline float32x4_t exp2_q(float32x4_t x) {
+    const uint32x4_t keep = vcgeq_f32(x, vdupq_n_f32(-126.0f));
+    x = vmaxnmq_f32(x, vdupq_n_f32(-126.0f));
+    const float32x4_t n = vrndnq_f32(x); /* round to nearest, ties to even */
+    const float32x4_t f = vsubq_f32(x, n);
+    float32x4_t p = vdupq_n_f32(1.5345810970757157e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3399932067841291e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(9.618489071726799e-3f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(5.550328642129898e-2f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(2.4022646248340607e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(6.931471824645996e-1f), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    const float32x4_t r = vmulq_f32(p, vreinterpretq_f32_s32(e));
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(r), keep));
+}
+
+static float exp2_sum_neon(int n, float *x, float m) {
+    const float32x4_t vm = vdupq_n_f32(m);
+    float32x4_t sum0 = vdupq_n_f32(0.0f), sum1 = sum0;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const float32x4_t e0 = exp2_q(vsubq_f32(vld1q_f32(x + j), vm));
+        const float32x4_t e1 = exp2_q(vsubq_f32(vld1q_f32(x + j + 4), vm));
+        vst1q_f32(x + j, e0);
+        vst1q_f32(x + j + 4, e1);
+        sum0 = vaddq_f32(sum0, e0);
+        sum1 = vaddq_f32(sum1, e1);
+    }
+    for (; j + 4 <= n; j += 4) {
+        const float32x4_t e = exp2_q(vsubq_f32(vld1q_f32(x + j), vm));
+        vst1q_f32(x + j, e);
+        sum0 = vaddq_f32(sum0, e);
+    }
+    if (j < n) { /* -inf padding gives 0 in the unused lanes */
+        float tail[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (int u = 0; j + u < n; u++) tail[u] = x[j + u];
+        vst1q_f32(tail, exp2_q(vsubq_f32(vld1q_f32(tail), vm)));
+        for (int u = 0; j + u < n; u++) x[j + u] = tail[u];
+        sum1 = vaddq_f32(sum1, vld1q_f32(tail));
+    }
+    return vaddvq_f32(vaddq_f32(sum0, sum1));
+}
+
+const fa__cpu_kernels fa__cpu_kernels_neon = {
+    .name = "neon",
+    .qk = qk_neon,
+    .pv = pv_neon,
+    .transpose = transpose_neon,
+    .row_max = row_max_neon,
+    .exp2_sum = exp2_sum_neon,
+};
