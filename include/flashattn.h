@@ -262,6 +262,67 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
                                    const fa_tensor *out, const fa_tensor *lse);
 
 /* ---------------------------------------------------------------------------------------------
+ * KV cache (inference)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The cache side of fa_forward_kvcache, flash-attn's flash_attn_with_kvcache. Fill it with
+ * fa_kvcache_init, then set the tensors you use; a tensor whose data is NULL is absent. All
+ * int32 tensors are on the CPU; k/v tensors share q's dtype and device. */
+typedef struct fa_kvcache {
+    uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
+    /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
+     * with any page_size >= 1. Written in place when k_new/v_new are given. */
+    fa_tensor k_cache, v_cache;
+    /* Optional new keys and values (B, S_new, Hk, D), written into the cache at positions
+     * [cache_seqlens[b], cache_seqlens[b] + S_new) before attending. Need cache_seqlens. */
+    fa_tensor k_new, v_new;
+    /* (B) int32: the tokens already in each cache row. Absent: cache_seqlen for every row. */
+    fa_tensor cache_seqlens;
+    /* Used when cache_seqlens is absent: the same length for every row; -1 (the default) means
+     * the whole cache (S_cache, or max_pages * page_size when paged). */
+    int64_t cache_seqlen;
+    /* (B) int32: the cache row of batch b (default: row b). Not with block_table. With k_new,
+     * two batches may not share a row. */
+    fa_tensor cache_batch_idx;
+    /* (B) int32: the first valid position of each row; keys before it are ignored. Not with
+     * block_table. */
+    fa_tensor cache_leftpad;
+    /* (B, max_pages) int32: page p of batch b's sequence is block_table[b, p]. */
+    fa_tensor block_table;
+    /* (seqlen_ro, rotary_dim / 2), q's dtype or fp32: rotary embedding of q and k_new (so it
+     * needs k_new). k_new row i is rotated at position cache_seqlens[b] + i; q row i at
+     * cache_seqlens[b] + i with causal or a window, else at cache_seqlens[b]. Only the first
+     * rotary_dim dims are rotated. */
+    fa_tensor rotary_cos, rotary_sin;
+    /* 1 (the default): rotate pairs (2t, 2t+1); 0: pairs (t, t + rotary_dim/2) (GPT-NeoX). */
+    int32_t rotary_interleaved;
+    /* flash-attn's split count, 0 (automatic) to 128. Accepted for compatibility: the CPU always
+     * splits long caches into fixed 1024-key chunks, so results never depend on it. */
+    int32_t num_splits;
+} fa_kvcache;
+
+/* Fills *kv with "nothing given", cache_seqlen = -1, rotary_interleaved = 1, and sets
+ * struct_size. */
+FA_API void fa_kvcache_init(fa_kvcache *kv);
+
+/* Attention of q against a KV cache, after appending k_new/v_new to it in place:
+ *
+ *   q    (B, Sq, H, D)   fp32 | fp16 | bf16
+ *   kv   the cache, see fa_kvcache; Hk divides H
+ *   out  (B, Sq, H, D)   q's dtype, written
+ *   lse  (B, H, Sq)      fp32, may be NULL
+ *
+ * Batch b attends over its cache positions [leftpad_b, cache_seqlens[b] + S_new): Sk_b of them,
+ * with the causal and window alignment of fa_forward (key j visible iff j <= i + Sk_b - Sq).
+ * params as for fa_forward except dropout (must be 0). Everything is validated before anything
+ * (the cache included) is written: page and batch indices in range, cache_seqlens + S_new
+ * within the cache, leftpad <= cache_seqlens, rotary tables long enough with an even
+ * rotary_dim <= D. Errors as fa_forward. */
+FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                                    const fa_kvcache *kv, const fa_tensor *out,
+                                    const fa_tensor *lse);
+
+/* ---------------------------------------------------------------------------------------------
  * Backward
  * ------------------------------------------------------------------------------------------- */
 

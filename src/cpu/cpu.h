@@ -26,4 +26,29 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p);
  * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);
 
+/* Rotary tables: row pos at cos + pos*s_row elements, column t at + t*s_col; rd dims rotated. */
+typedef struct fa__rotary {
+    const void *cos, *sin; /* NULL = no rotary */
+    int32_t dtype, esize;
+    int64_t s_row, s_col, rd;
+    int interleaved;
+} fa__rotary;
+
+/* The append of fa_forward_kvcache: k_new/v_new (B, S_new, Hk, D) written into the caches at
+ * absolute positions seqlens[b] + i (the cache views carry page table and batch index, no
+ * leftpad), k_new rotated first when rotary.cos is set. */
+typedef struct fa__kvappend {
+    fa__view k_new, v_new, k_cache, v_cache;
+    const int32_t *seqlens;
+    int64_t B, S_new, Hk, D;
+    fa__rotary rotary;
+} fa__kvappend;
+
+void fa__cpu_kvcache_append(const fa__kvappend *a);
+
+/* q (B, Sq, H, D) rotated into dst, contiguous in q's dtype: row i at position
+ * seqlens[b] + (shift_rows ? i : 0). */
+void fa__cpu_rotate_q(const fa__view *q, const fa__rotary *ro, const int32_t *seqlens,
+                      int shift_rows, int64_t B, int64_t Sq, int64_t H, int64_t D, void *dst);
+
 #endif /* FA_CPU_H */

@@ -1,0 +1,387 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api_kvcache.c — fa_forward_kvcache: validation of the cache, its indices and the rotary
+ * tables (all before anything is written, the cache included), then append, rotary and the
+ * forward over the cache's view.
+ */
+#include "cpu/cpu.h"
+#include "internal.h"
+#include "validate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { FA_MAX_HEAD_DIM = 256, FA_MAX_SPLITS = 128, MAX_SPANS = 16 };
+
+void fa_kvcache_init(fa_kvcache *kv) {
+    if (!kv) return;
+    *kv = (fa_kvcache){.struct_size = sizeof *kv, .cache_seqlen = -1, .rotary_interleaved = 1};
+}
+
+static int given(const fa_tensor *t) { return t->data != NULL; }
+
+/* Everything validated, and the per-batch integers copied out of their tensors. */
+typedef struct kvcall {
+    int64_t B, Sq, H, Hk, D, S_new, capacity, rows; /* rows: B_cache or number of pages */
+    int paged, append;
+    int32_t *ints; /* one allocation: seqlens, seqlens_k, batch_idx, leftpad [B] each */
+    int32_t *seqlens, *seqlens_k, *batch_idx, *leftpad;
+    fa__span in[MAX_SPANS], out[4];
+    int n_in, n_out;
+} kvcall;
+
+static fa__span *span(kvcall *c, int is_output) {
+    return is_output ? &c->out[c->n_out++] : &c->in[c->n_in++];
+}
+
+/* A (B) int32 tensor, copied into dst. */
+static fa_status read_ints(kvcall *c, const fa_tensor *t, const char *name, int32_t *dst) {
+    fa_status st = fa__check_view(t, name, 1, "(B)", 0, span(c, 0));
+    if (st != FA_OK) return st;
+    if (t->dtype != FA_DTYPE_I32)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected i32", name,
+                         fa__dtype_name(t->dtype));
+    if (t->shape[0] != c->B)
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (B) = (%lld)", name,
+                         (long long)t->shape[0], (long long)c->B);
+    for (int64_t b = 0; b < c->B; b++) dst[b] = ((const int32_t *)t->data)[b * t->stride[0]];
+    return FA_OK;
+}
+
+/* q, out, the caches and the new keys/values: ranks, dtypes, shapes. */
+static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *kv,
+                               const fa_tensor *out) {
+    const char *qd = "(B, Sq, H, D)";
+    fa_status st;
+    if ((st = fa__check_view(q, "q", 4, qd, 0, span(c, 0)))) return st;
+    if (q->dtype != FA_DTYPE_F32 && q->dtype != FA_DTYPE_F16 && q->dtype != FA_DTYPE_BF16)
+        return fa__error(FA_ERR_DTYPE, "q: dtype is %s; expected f32, f16 or bf16",
+                         fa__dtype_name(q->dtype));
+    c->B = q->shape[0];
+    c->Sq = q->shape[1];
+    c->H = q->shape[2];
+    c->D = q->shape[3];
+    if (c->D == 0) return fa__error(FA_ERR_SHAPE, "q: head dim D (shape[3]) is 0; expected 1..%d", FA_MAX_HEAD_DIM);
+    if (c->D > FA_MAX_HEAD_DIM)
+        return fa__error(FA_ERR_UNSUPPORTED, "q: head dim D (shape[3]) is %lld; supported: 1..%d",
+                         (long long)c->D, FA_MAX_HEAD_DIM);
+    if (c->H == 0) return fa__error(FA_ERR_SHAPE, "q: heads H (shape[2]) is 0; expected >= 1");
+
+    c->paged = given(&kv->block_table);
+    c->append = given(&kv->k_new) || given(&kv->v_new);
+    const char *cd = c->paged ? "(num_pages, page_size, Hk, D)" : "(B_cache, S_cache, Hk, D)";
+    const fa_tensor *caches[2] = {&kv->k_cache, &kv->v_cache};
+    const char *cnames[2] = {"kv.k_cache", "kv.v_cache"};
+    for (int t = 0; t < 2; t++) {
+        if (!given(caches[t]))
+            return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; the cache is required",
+                             cnames[t]);
+        if ((st = fa__check_view(caches[t], cnames[t], 4, cd, c->append, span(c, c->append))))
+            return st;
+        if (caches[t]->dtype != q->dtype)
+            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; they must match",
+                             cnames[t], fa__dtype_name(caches[t]->dtype), fa__dtype_name(q->dtype));
+        for (int i = 0; i < 4; i++)
+            if (caches[t]->shape[i] != kv->k_cache.shape[i])
+                return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected kv.k_cache's %lld",
+                                 cnames[t], i, (long long)caches[t]->shape[i],
+                                 (long long)kv->k_cache.shape[i]);
+    }
+    c->Hk = kv->k_cache.shape[2];
+    c->rows = kv->k_cache.shape[0];
+    if (c->Hk == 0 || c->H % c->Hk != 0)
+        return fa__error(FA_ERR_SHAPE, "kv.k_cache: shape[2] (KV heads) is %lld, which does not "
+                         "divide q's %lld heads", (long long)c->Hk, (long long)c->H);
+    if (kv->k_cache.shape[3] != c->D)
+        return fa__error(FA_ERR_SHAPE, "kv.k_cache: head dim (shape[3]) is %lld; expected q's %lld",
+                         (long long)kv->k_cache.shape[3], (long long)c->D);
+
+    if (c->append) {
+        const fa_tensor *nw[2] = {&kv->k_new, &kv->v_new};
+        const char *nnames[2] = {"kv.k_new", "kv.v_new"};
+        for (int t = 0; t < 2; t++) {
+            if (!given(nw[t]))
+                return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; k_new and v_new come "
+                                 "together", nnames[t]);
+            if ((st = fa__check_view(nw[t], nnames[t], 4, "(B, S_new, Hk, D)", 0, span(c, 0))))
+                return st;
+            if (nw[t]->dtype != q->dtype)
+                return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; they must match",
+                                 nnames[t], fa__dtype_name(nw[t]->dtype), fa__dtype_name(q->dtype));
+            const int64_t want[4] = {c->B, kv->k_new.shape[1], c->Hk, c->D};
+            for (int i = 0; i < 4; i++)
+                if (nw[t]->shape[i] != want[i])
+                    return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %lld "
+                                     "(B, S_new, Hk, D)", nnames[t], i,
+                                     (long long)nw[t]->shape[i], (long long)want[i]);
+        }
+        c->S_new = kv->k_new.shape[1];
+    }
+    if ((st = fa__check_view(out, "out", 4, qd, 1, span(c, 1)))) return st;
+    if (out->dtype != q->dtype)
+        return fa__error(FA_ERR_DTYPE, "out: dtype is %s but q is %s; they must match",
+                         fa__dtype_name(out->dtype), fa__dtype_name(q->dtype));
+    for (int i = 0; i < 4; i++)
+        if (out->shape[i] != q->shape[i])
+            return fa__error(FA_ERR_SHAPE, "out: shape[%d] is %lld; expected q's %lld", i,
+                             (long long)out->shape[i], (long long)q->shape[i]);
+    return FA_OK;
+}
+
+/* Lengths, batch indices, leftpad and page table: shapes and values. */
+static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
+    fa_status st;
+    const int64_t B = c->B;
+    if (c->paged) {
+        if (given(&kv->cache_batch_idx) || given(&kv->cache_leftpad))
+            return fa__error(FA_ERR_UNSUPPORTED, "kv.%s: not supported with a paged cache "
+                             "(block_table); index pages through block_table instead",
+                             given(&kv->cache_batch_idx) ? "cache_batch_idx" : "cache_leftpad");
+        const fa_tensor *bt = &kv->block_table;
+        if ((st = fa__check_view(bt, "kv.block_table", 2, "(B, max_pages)", 0, span(c, 0))))
+            return st;
+        if (bt->dtype != FA_DTYPE_I32)
+            return fa__error(FA_ERR_DTYPE, "kv.block_table: dtype is %s; expected i32",
+                             fa__dtype_name(bt->dtype));
+        if (bt->shape[0] != B)
+            return fa__error(FA_ERR_SHAPE, "kv.block_table: shape[0] is %lld; expected B = %lld",
+                             (long long)bt->shape[0], (long long)B);
+        if (kv->k_cache.shape[1] < 1)
+            return fa__error(FA_ERR_SHAPE, "kv.k_cache: page_size (shape[1]) is 0; expected >= 1");
+        c->capacity = bt->shape[1] * kv->k_cache.shape[1];
+    } else {
+        c->capacity = kv->k_cache.shape[1];
+    }
+
+    c->ints = malloc(4 * (size_t)(B > 0 ? B : 1) * sizeof *c->ints);
+    if (!c->ints) return fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory");
+    c->seqlens = c->ints;
+    c->seqlens_k = c->ints + B;
+    c->batch_idx = c->leftpad = NULL;
+
+    if (given(&kv->cache_seqlens)) {
+        if ((st = read_ints(c, &kv->cache_seqlens, "kv.cache_seqlens", c->seqlens))) return st;
+    } else {
+        if (kv->cache_seqlen < -1)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlen is %lld; expected -1 (the whole cache) "
+                             "or >= 0", (long long)kv->cache_seqlen);
+        if (c->append && kv->cache_seqlen < 0)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlens: absent (and cache_seqlen = -1) while "
+                             "k_new is given; say where the new keys go");
+        const int64_t len = kv->cache_seqlen < 0 ? c->capacity : kv->cache_seqlen;
+        if (len > INT32_MAX)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlen is %lld; expected <= %d",
+                             (long long)len, INT32_MAX);
+        for (int64_t b = 0; b < B; b++) c->seqlens[b] = (int32_t)len;
+    }
+    if (given(&kv->cache_batch_idx)) {
+        c->batch_idx = c->ints + 2 * B;
+        if ((st = read_ints(c, &kv->cache_batch_idx, "kv.cache_batch_idx", c->batch_idx))) return st;
+    }
+    if (given(&kv->cache_leftpad)) {
+        c->leftpad = c->ints + 3 * B;
+        if ((st = read_ints(c, &kv->cache_leftpad, "kv.cache_leftpad", c->leftpad))) return st;
+    }
+    if (!c->paged && !c->batch_idx && c->rows < B)
+        return fa__error(FA_ERR_SHAPE, "kv.k_cache: shape[0] (B_cache) is %lld, fewer than q's %lld "
+                         "batches; pass cache_batch_idx to choose rows", (long long)c->rows,
+                         (long long)B);
+
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = c->seqlens[b], end = len + c->S_new;
+        if (len < 0)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] is %lld; expected >= 0",
+                             (long long)b, (long long)len);
+        if (end > c->capacity)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] + S_new = %lld + %lld exceeds the "
+                             "cache's %lld positions", (long long)b, (long long)len,
+                             (long long)c->S_new, (long long)c->capacity);
+        const int64_t pad = c->leftpad ? c->leftpad[b] : 0;
+        if (pad < 0 || pad > len)
+            return fa__error(FA_ERR_VALUE, "kv.cache_leftpad[%lld] is %lld; expected 0..cache_seqlens "
+                             "= %lld", (long long)b, (long long)pad, (long long)len);
+        c->seqlens_k[b] = (int32_t)(end - pad);
+        if (c->batch_idx) {
+            const int64_t row = c->batch_idx[b];
+            if (row < 0 || row >= c->rows)
+                return fa__error(FA_ERR_VALUE, "kv.cache_batch_idx[%lld] is %lld; expected 0..%lld",
+                                 (long long)b, (long long)row, (long long)c->rows - 1);
+            for (int64_t a = 0; c->append && a < b; a++)
+                if (c->batch_idx[a] == row)
+                    return fa__error(FA_ERR_VALUE, "kv.cache_batch_idx[%lld] = [%lld] = %lld: two "
+                                     "batches would append to one cache row", (long long)a,
+                                     (long long)b, (long long)row);
+        }
+        if (c->paged) {
+            const fa_tensor *bt = &kv->block_table;
+            const int64_t page = kv->k_cache.shape[1], used = (end + page - 1) / page;
+            for (int64_t pg = 0; pg < used; pg++) {
+                const int32_t e = ((const int32_t *)bt->data)[b * bt->stride[0] + pg * bt->stride[1]];
+                if (e < 0 || e >= c->rows)
+                    return fa__error(FA_ERR_VALUE, "kv.block_table[%lld, %lld] is %d; expected a "
+                                     "page in 0..%lld", (long long)b, (long long)pg, e,
+                                     (long long)c->rows - 1);
+            }
+        }
+    }
+    return FA_OK;
+}
+
+static fa_status check_rotary(kvcall *c, const fa_kvcache *kv, const fa_tensor *q, int shift_rows,
+                              fa__rotary *ro) {
+    memset(ro, 0, sizeof *ro);
+    if (!given(&kv->rotary_cos) && !given(&kv->rotary_sin)) return FA_OK;
+    if (!c->append)
+        return fa__error(FA_ERR_VALUE, "kv.rotary_cos: given without k_new; rotary embedding "
+                         "applies to q and the new keys, so pass k_new and v_new");
+    const fa_tensor *tab[2] = {&kv->rotary_cos, &kv->rotary_sin};
+    const char *names[2] = {"kv.rotary_cos", "kv.rotary_sin"};
+    fa_status st;
+    for (int t = 0; t < 2; t++) {
+        if (!given(tab[t]))
+            return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; rotary_cos and rotary_sin come "
+                             "together", names[t]);
+        if ((st = fa__check_view(tab[t], names[t], 2, "(seqlen_ro, rotary_dim / 2)", 0, span(c, 0))))
+            return st;
+        if (tab[t]->dtype != q->dtype && tab[t]->dtype != FA_DTYPE_F32)
+            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected q's %s or f32", names[t],
+                             fa__dtype_name(tab[t]->dtype), fa__dtype_name(q->dtype));
+        if (tab[t]->dtype != tab[0]->dtype || tab[t]->shape[0] != tab[0]->shape[0] ||
+            tab[t]->shape[1] != tab[0]->shape[1] || tab[t]->stride[0] != tab[0]->stride[0] ||
+            tab[t]->stride[1] != tab[0]->stride[1])
+            return fa__error(FA_ERR_SHAPE, "kv.rotary_sin: dtype, shape and strides must match "
+                             "kv.rotary_cos");
+    }
+    const int64_t rd = 2 * kv->rotary_cos.shape[1], seqlen_ro = kv->rotary_cos.shape[0];
+    if (rd == 0 || rd > c->D)
+        return fa__error(FA_ERR_VALUE, "kv.rotary_cos: rotary_dim = 2 * shape[1] = %lld; expected "
+                         "2..D = %lld", (long long)rd, (long long)c->D);
+    for (int64_t b = 0; b < c->B; b++) {
+        const int64_t last_k = c->seqlens[b] + c->S_new - 1;
+        const int64_t last_q = c->seqlens[b] + (shift_rows && c->Sq > 0 ? c->Sq - 1 : 0);
+        const int64_t need = (last_k > last_q ? last_k : last_q) + 1;
+        if (need > seqlen_ro)
+            return fa__error(FA_ERR_VALUE, "kv.rotary_cos: %lld rows (seqlen_ro); batch %lld needs "
+                             "positions up to %lld", (long long)seqlen_ro, (long long)b,
+                             (long long)need - 1);
+    }
+    *ro = (fa__rotary){.cos = kv->rotary_cos.data, .sin = kv->rotary_sin.data,
+                       .dtype = kv->rotary_cos.dtype,
+                       .esize = fa__dtype_size(kv->rotary_cos.dtype),
+                       .s_row = kv->rotary_cos.stride[0], .s_col = kv->rotary_cos.stride[1],
+                       .rd = rd, .interleaved = kv->rotary_interleaved != 0};
+    return FA_OK;
+}
+
+static fa__view cache_view(const fa_tensor *t, const kvcall *c, const fa_kvcache *kv) {
+    fa__view v = {.data = t->data, .dtype = t->dtype, .sb = t->stride[0], .ss = t->stride[1],
+                  .sh = t->stride[2], .sd = t->stride[3], .batch_idx = c->batch_idx};
+    if (c->paged) {
+        v.block_table = kv->block_table.data;
+        v.bt_stride = kv->block_table.stride[0];
+        v.page = t->shape[1];
+        /* page entries are read with unit stride along a row */
+    }
+    return v;
+}
+
+static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
+                         const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse,
+                         fa__problem *p, fa__rotary *ro) {
+    fa_status st;
+    if (!kv) return fa__error(FA_ERR_NULL_POINTER, "kv: NULL; expected a fa_kvcache");
+    if (kv->struct_size != sizeof *kv)
+        return fa__error(FA_ERR_STRUCT_SIZE, "kv.struct_size is %u; expected %zu (call "
+                         "fa_kvcache_init first)", kv->struct_size, sizeof *kv);
+    if (kv->num_splits < 0 || kv->num_splits > FA_MAX_SPLITS)
+        return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
+                         kv->num_splits, FA_MAX_SPLITS);
+    if ((st = check_tensors(c, q, kv, out)) || (st = check_indices(c, kv))) return st;
+    if (c->paged && kv->block_table.stride[1] != 1)
+        return fa__error(FA_ERR_STRIDE, "kv.block_table: stride[1] is %lld; expected 1 (pages of "
+                         "a row are contiguous)", (long long)kv->block_table.stride[1]);
+
+    p->B = c->B;
+    p->Sq = c->Sq;
+    p->H = c->H;
+    p->Hk = c->Hk;
+    p->D = c->D;
+    if ((st = fa__resolve_params(params, p))) return st;
+    if (p->dropout_p != 0.0f)
+        return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; the KV cache forward has no "
+                         "dropout (set it to 0)", (double)p->dropout_p);
+    const int shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
+    if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
+        (st = fa__resolve_alibi(params, p, span(c, 0))))
+        return st;
+    if (lse) {
+        if ((st = fa__check_view(lse, "lse", 3, "(B, H, Sq)", 1, span(c, 1)))) return st;
+        if (lse->dtype != FA_DTYPE_F32)
+            return fa__error(FA_ERR_DTYPE, "lse: dtype is %s; expected f32",
+                             fa__dtype_name(lse->dtype));
+        const int64_t want[3] = {c->B, c->H, c->Sq};
+        for (int i = 0; i < 3; i++)
+            if (lse->shape[i] != want[i])
+                return fa__error(FA_ERR_SHAPE, "lse: shape[%d] is %lld; expected %lld (B, H, Sq)",
+                                 i, (long long)lse->shape[i], (long long)want[i]);
+        p->lse = lse->data;
+        p->lse_sb = lse->stride[0];
+        p->lse_sh = lse->stride[1];
+        p->lse_ss = lse->stride[2];
+    }
+    if ((st = fa__check_overlap(c->out, c->n_out, c->in, c->n_in))) return st;
+
+    p->seqlens_k = c->seqlens_k;
+    p->q = (fa__view){.data = q->data, .dtype = q->dtype, .sb = q->stride[0], .ss = q->stride[1],
+                      .sh = q->stride[2], .sd = q->stride[3]};
+    p->out = (fa__view){.data = out->data, .dtype = out->dtype, .sb = out->stride[0],
+                        .ss = out->stride[1], .sh = out->stride[2], .sd = out->stride[3]};
+    p->k = cache_view(&kv->k_cache, c, kv);
+    p->v = cache_view(&kv->v_cache, c, kv);
+    p->k.row_off = p->v.row_off = c->leftpad; /* attention starts at each row's leftpad */
+    return FA_OK;
+}
+
+fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                             const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
+    fa__clear_error();
+    kvcall c = {.n_in = 0};
+    fa__problem p = {0};
+    fa__rotary ro;
+    void *q_rot = NULL;
+    fa_status st = prepare(&c, params, q, kv, out, lse, &p, &ro);
+    if (st == FA_OK && ro.cos && c.B * c.Sq > 0) {
+        q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * (size_t)fa__dtype_size(q->dtype));
+        if (!q_rot) st = fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for q");
+    }
+    if (st == FA_OK) {
+        ctx = fa__context_resolve(ctx);
+        if (!ctx) st = FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
+    }
+    if (st == FA_OK) {
+        if (c.append) {
+            const fa__kvappend a = {
+                .k_new = {.data = kv->k_new.data, .dtype = q->dtype, .sb = kv->k_new.stride[0],
+                          .ss = kv->k_new.stride[1], .sh = kv->k_new.stride[2],
+                          .sd = kv->k_new.stride[3]},
+                .v_new = {.data = kv->v_new.data, .dtype = q->dtype, .sb = kv->v_new.stride[0],
+                          .ss = kv->v_new.stride[1], .sh = kv->v_new.stride[2],
+                          .sd = kv->v_new.stride[3]},
+                .k_cache = cache_view(&kv->k_cache, &c, kv),
+                .v_cache = cache_view(&kv->v_cache, &c, kv),
+                .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D,
+                .rotary = ro};
+            fa__cpu_kvcache_append(&a);
+        }
+        if (q_rot) {
+            const int shift_rows = p.causal || p.window_left >= 0 || p.window_right >= 0;
+            fa__cpu_rotate_q(&p.q, &ro, c.seqlens, shift_rows, c.B, c.Sq, c.H, c.D, q_rot);
+            p.q = (fa__view){.data = q_rot, .dtype = q->dtype, .sb = c.Sq * c.H * c.D,
+                             .ss = c.H * c.D, .sh = c.D, .sd = 1};
+        }
+        st = fa__cpu_forward(ctx, &p);
+    }
+    free(q_rot);
+    free(c.ints);
+    return st;
+}
