@@ -20,7 +20,7 @@ typedef struct kernel_entry {
 static int has_avx512(const fa__cpu_features *f) { return f->avx512f; }
 #endif
 #if defined(FA_HAVE_AVX2)
-static int has_avx2(const fa__cpu_features *f) { return f->avx2; }
+static int has_avx2(const fa__cpu_features *f) { return f->avx2 && f->f16c; }
 #endif
 #if defined(FA_HAVE_NEON)
 static int has_neon(const fa__cpu_features *f) { return f->neon; }

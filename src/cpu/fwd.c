@@ -15,8 +15,9 @@
  *
  * Split-KV (decode): a batch whose g·Sq rows are few (FA_SPLIT_ROWS) has too little work per
  * task to use the threads, so its keys are cut into fixed chunks of FA_CHUNK keys, one task
- * each, and each task leaves its unnormalized (m, l, O) in a partial; a second pass merges the
- * partials of each (batch, KV head) in chunk order.
+ * each for all KV heads (so the cache is read front to back), and each task leaves every
+ * head's unnormalized (m, l, O) in a partial; a second pass merges the partials of each
+ * (batch, KV head) in chunk order.
  *
  * Tasks never share outputs and neither the blocking nor the chunks depend on the thread count,
  * so results are bitwise identical for any number of threads.
@@ -54,98 +55,110 @@ typedef struct fwd_plan {
 
 static size_t partial_floats(int64_t D) { return fa__round_up((size_t)FA_SPLIT_ROWS * (D + 2)); }
 
-/* The online softmax of rows R of one task over keys [j_lo, j_hi): leaves m, l and the
- * unnormalized O in the scratch. */
+/* One task's rows: KV heads [hk0, hk0 + nh), each with R = g·nr rows (query head
+ * hk·g + r/nr at position i0 + r%nr) whose state (Q, O, m, l) sits at row offset (hk-hk0)·R. */
 typedef struct fwd_rows {
-    int64_t b, hk, i0, nr, R;
+    int64_t b, hk0, nh, i0, nr, R;
     float *Q, *S, *O, *m, *l, *alpha, *Kpack, *Vpack, *tmp;
     uint32_t *P2;
 } fwd_rows;
 
+/* Rows of state a task may need: a query block of one KV head, or every KV head of a split
+ * batch's chunk. */
+static size_t state_rows(const fwd_plan *pl) {
+    const int64_t block = pl->g * pl->br, split = pl->p->Hk * FA_SPLIT_ROWS;
+    return (size_t)(block > split ? block : split);
+}
+
 static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
-    const int64_t D = pl->p->D, Rmax = pl->g * pl->br;
+    const int64_t D = pl->p->D, Rmax = (int64_t)state_rows(pl), Rblk = pl->g * pl->br;
     float *at = pl->scratch + (size_t)worker * pl->scratch_floats;
 #define FA_TAKE(field, n) (t->field = at, at += fa__round_up((size_t)(n)))
-    FA_TAKE(Q, Rmax * D);      // Q: [R, D] (bf16: [R, D/2] pairs)
-    FA_TAKE(S, Rmax * FA_BC);  // S: [R, Bc]
-    FA_TAKE(O, Rmax * D);      // O: [R, D]
-    FA_TAKE(m, Rmax);          // m, l, alpha: [R]
+    FA_TAKE(Q, Rmax * D);      // Q: [heads·R, D] (bf16: [heads·R, D/2] pairs)
+    FA_TAKE(S, Rblk * FA_BC);  // S: [R, Bc]
+    FA_TAKE(O, Rmax * D);      // O: [heads·R, D]
+    FA_TAKE(m, Rmax);          // m, l: [heads·R]
     FA_TAKE(l, Rmax);
-    FA_TAKE(alpha, Rmax);
+    FA_TAKE(alpha, Rblk);      // alpha: [R]
     FA_TAKE(Kpack, FA_BC * D); // Kᵀ: [D, Bc] (bf16: [D/2, Bc] pairs)
     FA_TAKE(Vpack, FA_BC * D); // V: [Bc, D] (bf16: [Bc/2, D] pairs)
     FA_TAKE(tmp, FA_BC * D);   // rows on their way to a transpose
     t->P2 = (uint32_t *)at;    // bf16 P: [R, Bc/2] pairs
-    at += fa__round_up((size_t)Rmax * FA_BC / 2);
 #undef FA_TAKE
 }
 
 /* The floats carve() takes, term by term. */
 static size_t scratch_floats(const fwd_plan *pl) {
-    const size_t D = (size_t)pl->p->D, R = (size_t)(pl->g * pl->br);
-    return 2 * fa__round_up(R * D) + fa__round_up(R * FA_BC) + 3 * fa__round_up(R) +
-           3 * fa__round_up(FA_BC * D) + fa__round_up(R * FA_BC / 2);
+    const size_t D = (size_t)pl->p->D, R = state_rows(pl), Rblk = (size_t)(pl->g * pl->br);
+    return 2 * fa__round_up(R * D) + fa__round_up(Rblk * FA_BC) + 2 * fa__round_up(R) +
+           fa__round_up(Rblk) + 3 * fa__round_up(FA_BC * D) + fa__round_up(Rblk * FA_BC / 2);
 }
 
+/* The online softmax of the task's rows over keys [j_lo, j_hi): leaves m, l and the
+ * unnormalized O of every head in the scratch. Blocks are the outer loop and heads the inner
+ * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once. */
 static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = p->D, b = t->b, hk = t->hk, i0 = t->i0, nr = t->nr, R = t->R;
+    const int64_t D = p->D, b = t->b, i0 = t->i0, nr = t->nr, R = t->R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
 
     /* bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
     const int bf16 = p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
-    const int64_t D2 = (D + 1) / 2;
-    for (int64_t r = 0; r < R; r++) {
-        const int64_t h = hk * pl->g + r / nr, i = i0 + r % nr;
+    const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
+    for (int64_t r = 0; r < t->nh * R; r++) {
+        const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
         if (bf16) fa__copy_bf16_row((uint16_t *)((uint32_t *)t->Q + r * D2), src, D, p->q.sd);
+        else if (p->q.sd == 1) kern->to_f32((int)D, src, p->q.dtype, pl->qscale, t->Q + r * D);
         else fa__load_f32(t->Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
         t->m[r] = -INFINITY;
         t->l[r] = 0.0f;
     }
-    memset(t->O, 0, (size_t)R * D * sizeof *t->O);
+    memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
 
     for (int64_t j0 = j_lo; j0 < j_hi; j0 += FA_BC) {
         const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
-        float *S = t->S;
-        if (bf16) {
-            fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
-            fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
-            kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q, D2,
-                          (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S, FA_BC);
-        } else {
-            fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
-            fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp); // V: [n, D]
-            kern->qk((int)R, (int)n, (int)D, t->Q, D, t->Kpack, FA_BC, S, FA_BC);
-        }
-
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
-        for (int64_t r = 0; r < R; r++) {
-            float *s = S + r * FA_BC; // s: [n]
-            const int64_t i = i0 + r % nr, h = hk * pl->g + r / nr;
-            fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
-            const float mx = kern->row_max((int)n, s);
-            const float m_new = mx > t->m[r] ? mx : t->m[r];
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
-            t->alpha[r] = exp2f(t->m[r] - m_use);
-            t->l[r] = t->alpha[r] * t->l[r] + kern->exp2_sum((int)n, s, m_use);
-            t->m[r] = m_new;
-            fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
-            if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
+        for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
+            const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
+            float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
+            if (bf16) {
+                fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
+                fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
+                kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q + base * ldq, D2,
+                              (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S, FA_BC);
+            } else {
+                fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
+                fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp); // V: [n, D]
+                kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
+            }
+            for (int64_t r = 0; r < R; r++) {
+                float *s = S + r * FA_BC; // s: [n]
+                const int64_t i = i0 + r % nr, h = hk * pl->g + r / nr;
+                fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
+                const float mx = kern->row_max((int)n, s);
+                const float m_new = mx > m[r] ? mx : m[r];
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
+                t->alpha[r] = exp2f(m[r] - m_use);
+                l[r] = t->alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
+                m[r] = m_new;
+                fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
+                if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
+            }
+            if (bf16)
+                kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
+                              (const uint32_t *)t->Vpack, D, t->alpha, O, D);
+            else
+                kern->pv((int)R, (int)n, (int)D, S, FA_BC, t->Vpack, D, t->alpha, O, D);
         }
-        if (bf16)
-            kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
-                          (const uint32_t *)t->Vpack, D, t->alpha, t->O, D);
-        else
-            kern->pv((int)R, (int)n, (int)D, S, FA_BC, t->Vpack, D, t->alpha, t->O, D);
     }
 }
 
-/* out = O / l and lse for row r of a task (m, l already merged). */
+/* out = O / l and lse for one row (m, l already merged). */
 static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const float *o,
                       float m, float l) {
     const fa__problem *p = pl->p;
@@ -165,36 +178,37 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     fwd_rows t;
     carve(pl, &t, worker);
 
-    /* Which batch, KV head and query block (heavier, later blocks first) or key chunk. */
+    /* Which batch and: KV head and query block (heavier, later blocks first), or key chunk. */
     const int64_t b = fa__task_batch(pl->task_start, p->B, task), local = task - pl->task_start[b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
-    const int64_t nqb = pl->split[b] ? 1 : (sq + pl->br - 1) / pl->br;
-    const int64_t per_head = pl->split[b] ? pl->split[b] : nqb;
+    const int64_t nc = pl->split[b], nqb = nc ? 1 : (sq + pl->br - 1) / pl->br;
+    const int64_t qb = nc ? 0 : nqb - 1 - local % nqb;
     t.b = b;
-    t.hk = local / per_head;
-    const int64_t qb = pl->split[b] ? 0 : nqb - 1 - local % nqb;
+    t.hk0 = nc ? 0 : local / nqb;
+    t.nh = nc ? p->Hk : 1;
     t.i0 = qb * pl->br;
     t.nr = sq - t.i0 < pl->br ? sq - t.i0 : pl->br;
     t.R = pl->g * t.nr;
 
     /* The band of keys any row of this block can see; blocks outside it are never visited. */
     int64_t j_lo = fa__key_lo(p, t.i0, off), j_hi = fa__key_hi(p, t.i0 + t.nr - 1, off, sk);
-    if (pl->split[b]) { /* this task's chunk of the band */
-        const int64_t c = local % per_head;
-        j_lo = j_lo > c * FA_CHUNK ? j_lo : c * FA_CHUNK;
-        j_hi = j_hi < (c + 1) * FA_CHUNK ? j_hi : (c + 1) * FA_CHUNK;
+    if (nc) { /* this task's chunk of the band */
+        j_lo = j_lo > local * FA_CHUNK ? j_lo : local * FA_CHUNK;
+        j_hi = j_hi < (local + 1) * FA_CHUNK ? j_hi : (local + 1) * FA_CHUNK;
     }
     run_rows(pl, &t, j_lo, j_hi);
 
-    if (pl->split[b]) { /* leave (m, l, O) for the merge */
-        float *part = pl->partial + (size_t)(pl->part_start[b] + local) * partial_floats(D);
-        memcpy(part, t.m, (size_t)t.R * sizeof(float));
-        memcpy(part + FA_SPLIT_ROWS, t.l, (size_t)t.R * sizeof(float));
-        memcpy(part + 2 * FA_SPLIT_ROWS, t.O, (size_t)t.R * D * sizeof(float));
+    if (nc) { /* leave each head's (m, l, O) for the merge: partial (b, hk, chunk) */
+        for (int64_t hk = 0; hk < p->Hk; hk++) {
+            float *part = pl->partial + (size_t)(pl->part_start[b] + hk * nc + local) * partial_floats(D);
+            memcpy(part, t.m + hk * t.R, (size_t)t.R * sizeof(float));
+            memcpy(part + FA_SPLIT_ROWS, t.l + hk * t.R, (size_t)t.R * sizeof(float));
+            memcpy(part + 2 * FA_SPLIT_ROWS, t.O + hk * t.R * D, (size_t)(t.R * D) * sizeof(float));
+        }
         return;
     }
     for (int64_t r = 0; r < t.R; r++)
-        write_row(pl, b, t.hk * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
+        write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
 }
 
 /* Merges the chunk partials of one (batch, KV head) in chunk order. Task = b * Hk + hk. */
@@ -257,9 +271,10 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
         const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > FA_CHUNK;
         pl.split[b] = split ? (sk + FA_CHUNK - 1) / FA_CHUNK : 0;
-        const int64_t per_head = split ? pl.split[b] : (sq + pl.br - 1) / pl.br;
-        pl.task_start[b + 1] = pl.task_start[b] + p->Hk * per_head;
-        pl.part_start[b + 1] = pl.part_start[b] + (split ? p->Hk * per_head : 0);
+        /* split: one task per chunk (all KV heads); else one per KV head and query block */
+        const int64_t tasks = split ? pl.split[b] : p->Hk * ((sq + pl.br - 1) / pl.br);
+        pl.task_start[b + 1] = pl.task_start[b] + tasks;
+        pl.part_start[b + 1] = pl.part_start[b] + (split ? p->Hk * pl.split[b] : 0);
     }
     pl.partial = NULL;
     if (pl.part_start[p->B] > 0) {

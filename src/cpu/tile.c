@@ -73,7 +73,7 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
     float *rows = transposed ? tmp : pack; // rows: [n, D]
     for (int64_t j = 0; j < n; j++) {
         const void *src = fa__elem(x, b, row0 + j, hk);
-        if (x->dtype == FA_DTYPE_F32 && x->sd == 1) memcpy(rows + j * D, src, (size_t)D * sizeof(float));
+        if (x->sd == 1) kern->to_f32((int)D, src, x->dtype, 1.0f, rows + j * D);
         else fa__load_f32(rows + j * D, 1, src, x->dtype, D, x->sd, 1.0f);
     }
     if (transposed) kern->transpose((int)n, (int)D, rows, D, pack, FA_BC);

@@ -23,6 +23,9 @@ typedef struct fa__cpu_kernels {
     void (*pv)(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                const float *alpha, float *o, int64_t ldo);
 
+    /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
+    void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
+
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);
 

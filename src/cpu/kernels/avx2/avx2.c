@@ -9,6 +9,8 @@
  */
 #include "../kernels.h"
 
+#include "flashattn.h"
+
 #include <immintrin.h>
 #include <math.h>
 
@@ -86,6 +88,31 @@ static void qk_avx2(int m, int n, int d, const float *q, int64_t ldq, const floa
 static void pv_avx2(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                     const float *alpha, float *o, int64_t ldo) {
     gemm(m, d, n, p, ldp, v, ldv, alpha, o, ldo);
+}
+
+/* F16C for fp16, a 16-bit shift for bf16; tails through a masked store of the full vector. */
+static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int t = 0; t < n; t += 8) {
+        const int left = n - t;
+        __m256 x;
+        if (dtype == FA_DTYPE_F32) {
+            x = _mm256_maskload_ps((const float *)src + t, lanes(left));
+        } else {
+            __m128i h;
+            if (left >= 8) {
+                h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + t));
+            } else {
+                uint16_t part[8] = {0};
+                for (int i = 0; i < left; i++) part[i] = ((const uint16_t *)src)[t + i];
+                h = _mm_loadu_si128((const __m128i *)part);
+            }
+            x = dtype == FA_DTYPE_F16
+                    ? _mm256_cvtph_ps(h)
+                    : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        }
+        _mm256_maskstore_ps(dst + t, lanes(left), _mm256_mul_ps(s, x));
+    }
 }
 
 /* 8 x 8 blocks through unpack/shuffle/permute; rows past n load as zeros, columns past d and
@@ -177,6 +204,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .name = "avx2",
     .qk = qk_avx2,
     .pv = pv_avx2,
+    .to_f32 = to_f32_avx2,
     .transpose = transpose_avx2,
     .row_max = row_max_avx2,
     .exp2_sum = exp2_sum_avx2,

@@ -10,6 +10,8 @@
  */
 #include "../kernels.h"
 
+#include "flashattn.h"
+
 #include <immintrin.h>
 #include <math.h>
 
@@ -100,6 +102,31 @@ static void pv_avx512(int m, int n, int d, const float *p, int64_t ldp, const fl
 }
 
 
+/* vcvtph2ps for fp16, a 16-bit shift for bf16. */
+static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 k = tail_mask(n - t);
+        __m512 x;
+        if (dtype == FA_DTYPE_F32) {
+            x = _mm512_maskz_loadu_ps(k, (const float *)src + t);
+        } else {
+            __m256i h;
+            if (n - t >= 16) {
+                h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)src + t));
+            } else { /* a short tail: never read past the row */
+                uint16_t part[16] = {0};
+                for (int i = 0; i < n - t; i++) part[i] = ((const uint16_t *)src)[t + i];
+                h = _mm256_loadu_si256((const __m256i *)part);
+            }
+            x = dtype == FA_DTYPE_F16
+                    ? _mm512_cvtph_ps(h)
+                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+        _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(s, x));
+    }
+}
+
 /* 16 x 16 blocks through unpack, shuffle and 128-bit lane shuffles; rows past n load as zeros,
  * columns past d and n are not stored. */
 static void transpose_avx512(int n, int d, const float *src, int64_t lds, float *dst,
@@ -174,6 +201,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .name = "avx512",
     .qk = qk_avx512,
     .pv = pv_avx512,
+    .to_f32 = to_f32_avx512,
     .transpose = transpose_avx512,
     .row_max = row_max_avx512,
     .exp2_sum = exp2_sum_avx512,

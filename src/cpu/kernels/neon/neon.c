@@ -12,6 +12,8 @@
  */
 #include "../kernels.h"
 
+#include "flashattn.h"
+
 #include <arm_neon.h>
 #include <math.h>
 
@@ -166,6 +168,47 @@ static void pv_neon(int m, int n, int d, const float *p, int64_t ldp, const floa
     gemm(m, d, n, p, ldp, v, ldv, 1, alpha, o, ldo);
 }
 
+/* 8 elements -> 2 q registers of fp32: FCVTL for fp16, a 16-bit shift (SHLL) for bf16. */
+static inline void to_f32_8(const uint16_t *h16, int32_t dtype, float32x4_t *lo, float32x4_t *hi) {
+    const uint16x8_t h = vld1q_u16(h16);
+    if (dtype == FA_DTYPE_F16) {
+        const float16x8_t f = vreinterpretq_f16_u16(h);
+        *lo = vcvt_f32_f16(vget_low_f16(f));
+        *hi = vcvt_high_f32_f16(f);
+    } else {
+        *lo = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *hi = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    }
+}
+
+/* dst[t] = scale · src[t]; the last n % 8 elements go through a zero-padded copy, so nothing
+ * past src[n) is read or past dst[n) written. */
+static void to_f32_neon(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    int t = 0;
+    if (dtype == FA_DTYPE_F32) {
+        const float *f = src;
+        for (; t + 4 <= n; t += 4) vst1q_f32(dst + t, vmulq_n_f32(vld1q_f32(f + t), scale));
+        for (; t < n; t++) dst[t] = scale * f[t];
+        return;
+    }
+    const uint16_t *h = src;
+    float32x4_t lo, hi;
+    for (; t + 8 <= n; t += 8) {
+        to_f32_8(h + t, dtype, &lo, &hi);
+        vst1q_f32(dst + t, vmulq_n_f32(lo, scale));
+        vst1q_f32(dst + t + 4, vmulq_n_f32(hi, scale));
+    }
+    if (t < n) {
+        uint16_t part[8] = {0};
+        float out[8];
+        for (int i = 0; t + i < n; i++) part[i] = h[t + i];
+        to_f32_8(part, dtype, &lo, &hi);
+        vst1q_f32(out, vmulq_n_f32(lo, scale));
+        vst1q_f32(out + 4, vmulq_n_f32(hi, scale));
+        for (int i = 0; t + i < n; i++) dst[t + i] = out[i];
+    }
+}
+
 /* 4 x 4 blocks through transpose4; the ragged edges (n % 4 rows, d % 4 columns) element by
  * element. */
 static void transpose_neon(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
@@ -253,6 +296,7 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .name = "neon",
     .qk = qk_neon,
     .pv = pv_neon,
+    .to_f32 = to_f32_neon,
     .transpose = transpose_neon,
     .row_max = row_max_neon,
     .exp2_sum = exp2_sum_neon,

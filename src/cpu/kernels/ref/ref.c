@@ -5,6 +5,9 @@
  */
 #include "../kernels.h"
 
+#include "../../../convert.h"
+#include "flashattn.h"
+
 #include <math.h>
 
 /* Row i of S accumulates d rank-1 updates along unit-stride rows of Kt, which compilers
@@ -44,6 +47,15 @@ static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float
     }
 }
 
+static void to_f32_ref(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    const uint16_t *h = src;
+    const float *f = src;
+    for (int t = 0; t < n; t++)
+        dst[t] = scale * (dtype == FA_DTYPE_F32   ? f[t]
+                          : dtype == FA_DTYPE_F16 ? fa__f16_to_f32(h[t])
+                                                  : fa__bf16_to_f32(h[t]));
+}
+
 static void transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
     for (int j = 0; j < n; j++)
         for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
@@ -68,6 +80,7 @@ const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
     .qk = qk_ref,
     .pv = pv_ref,
+    .to_f32 = to_f32_ref,
     .transpose = transpose_ref,
     .row_max = row_max_ref,
     .exp2_sum = exp2_sum_ref,
