@@ -23,10 +23,13 @@ build: $(BUILD)/CMakeCache.txt
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --parallel $(JOBS)
+	@if command -v $(PYTHON) >/dev/null 2>&1; then $(MAKE) python-test; \
+	 else echo "*** $(PYTHON) not found: the Python tests were SKIPPED (install python3) ***"; fi
 
 demo: build
 	$(BUILD)/flashattn verify
 	$(BUILD)/flashattn demo
+	$(BUILD)/flashattn bench --quick --csv $(BUILD)/bench-demo.csv --svg $(BUILD)/bench-demo.svg
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
@@ -43,3 +46,80 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# ---------------------------------------------------------------------------------------------
+# Python package (python/, pyproject.toml). A virtual environment in $(VENV) holds what the
+# tests need; `make python-test` (part of `make test`) builds the wheel, installs it there and
+# runs pytest against the installed package. `make test-torch` adds PyTorch (a multi-GB
+# download) so the torch tests run too; without torch they are skipped.
+# ---------------------------------------------------------------------------------------------
+PYTHON      ?= python3
+VENV        ?= .venv
+VENV_PY      = $(VENV)/bin/python
+PY_DEPS      = numpy pytest ml_dtypes scikit-build-core
+TORCH_SPEC  ?= torch
+PYTEST_ARGS ?=
+
+.PHONY: venv wheel python-test torch-venv test-torch
+
+$(VENV)/.deps-ok:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check $(PY_DEPS)
+	@touch $@
+
+venv: $(VENV)/.deps-ok
+
+# dist/flashattn-<version>-py3-none-<platform>.whl, built by scikit-build-core from the venv
+# (no build isolation: nothing is downloaded), reusing $(BUILD)/wheel between builds.
+wheel: $(VENV)/.deps-ok
+	@rm -f dist/flashattn-*.whl
+	$(VENV_PY) -m pip wheel --quiet --disable-pip-version-check --no-build-isolation --no-deps \
+	    --wheel-dir dist --config-settings=build-dir=$(BUILD)/wheel .
+	@ls -l dist/flashattn-*.whl
+
+python-test: wheel
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+	    dist/flashattn-*.whl
+	env -u FLASHATTN_LIBRARY FLASHATTN_EXPECT_INSTALLED=1 $(VENV_PY) -m pytest python/tests \
+	    $(PYTEST_ARGS)
+
+$(VENV)/.torch-ok: $(VENV)/.deps-ok
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
+	@touch $@
+
+torch-venv: $(VENV)/.torch-ok
+
+test-torch: $(VENV)/.torch-ok
+	@$(MAKE) python-test
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing the doctor's input readers with libFuzzer (clang; not part of `make test`, which
+# replays the corpora in test_doctor_fuzz_replay). FUZZ_SECONDS per target; new inputs go to
+# $(FUZZ_BUILD)/corpus-<target>, crashes to $(FUZZ_BUILD)/crash-*.
+# ---------------------------------------------------------------------------------------------
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude
+FUZZ_TOOL     = tools/flashattn
+
+.PHONY: fuzz fuzz-build
+
+fuzz-build:
+	@mkdir -p $(FUZZ_BUILD)/seeds-elf
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_explain.c $(FUZZ_TOOL)/logclass.c \
+	    $(FUZZ_TOOL)/logread.c $(FUZZ_TOOL)/demangle.c $(FUZZ_TOOL)/json.c -o $(FUZZ_BUILD)/fuzz_explain
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elfread.c -o $(FUZZ_BUILD)/fuzz_elf
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_demangle.c $(FUZZ_TOOL)/demangle.c \
+	    -o $(FUZZ_BUILD)/fuzz_demangle
+	printf 'int f(void){return 0;}\n' | $(FUZZ_CC) -shared -fPIC -x c - -o $(FUZZ_BUILD)/seeds-elf/tiny.so
+
+fuzz: fuzz-build
+	@mkdir -p $(FUZZ_BUILD)/corpus-explain $(FUZZ_BUILD)/corpus-elf $(FUZZ_BUILD)/corpus-demangle
+	cd $(FUZZ_BUILD) && ./fuzz_explain -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -print_final_stats=1 corpus-explain $(CURDIR)/tests/fuzz/corpus/explain \
+	    $(CURDIR)/tests/doctor/logs
+	cd $(FUZZ_BUILD) && ./fuzz_elf -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
+	    -print_final_stats=1 corpus-elf seeds-elf
+	cd $(FUZZ_BUILD) && ./fuzz_demangle -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
+	    -print_final_stats=1 corpus-demangle $(CURDIR)/tests/fuzz/corpus/demangle

@@ -1,0 +1,466 @@
+"""The four calls behind every public function, written once over an array "backend".
+
+A backend (NumpyBackend here, TorchBackend in _torch_api.py) knows how to describe its arrays
+to the C library (`view`), allocate outputs, draw dropout seeds and move data to NumPy for the
+testing-only attention probabilities. The functions mirror flash-attn 2.8's private
+`_flash_attn_forward`, `_flash_attn_varlen_forward`, `_flash_attn_backward` and
+`_flash_attn_varlen_backward` (same arguments, same return values).
+"""
+
+import numpy as np
+
+from . import _lib
+from ._lib import FlashAttnTypeError, FlashAttnValueError
+from .reference import attention_ref
+
+# ----------------------------------------------------------------------------------------------
+# NumPy backend
+# ----------------------------------------------------------------------------------------------
+
+try:  # bf16 for NumPy comes from ml_dtypes when it is installed
+    import ml_dtypes as _ml_dtypes
+
+    _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
+except Exception:  # pragma: no cover - depends on the environment
+    _ml_dtypes = None
+    _NP_BF16 = None
+
+_NP_DTYPES = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.float16): _lib.DTYPE_F16,
+              np.dtype(np.int32): _lib.DTYPE_I32, np.dtype(np.uint8): _lib.DTYPE_U8}
+if _NP_BF16 is not None:
+    _NP_DTYPES[_NP_BF16] = _lib.DTYPE_BF16
+
+
+def _dtype_error(name, dtype, wanted):
+    hint = ""
+    if str(dtype) in ("float64", "torch.float64"):
+        hint = " (flashattn computes in fp32, fp16 or bf16: cast to float32 first)"
+    elif str(dtype) == "bfloat16":
+        hint = " (NumPy bf16 arrays need the ml_dtypes package)"
+    return FlashAttnTypeError(f"{name}: dtype {dtype} is not supported; expected {wanted}{hint}")
+
+
+def _rank_check(x, name, ndims, layout):
+    if not hasattr(x, "shape"):
+        raise FlashAttnTypeError(f"{name}: expected a numpy.ndarray or torch.Tensor; got "
+                                 f"{type(x).__name__}")
+    if len(x.shape) not in ndims:
+        raise FlashAttnValueError(
+            f"{name}: expected a {ndims[0]}-D array {layout}; got shape {tuple(x.shape)}")
+
+
+class NumpyBackend:
+    """Describes numpy.ndarray to the library; outputs are new C-contiguous arrays."""
+
+    name = "numpy"
+    float_types = "float32, float16" + (", bfloat16 (ml_dtypes)" if _NP_BF16 is not None else "")
+
+    @staticmethod
+    def is_array(x):
+        return isinstance(x, np.ndarray)
+
+    @staticmethod
+    def direct_output(x):
+        """Whether the library can write x in place (else _gradients goes through a copy)."""
+        return isinstance(x, np.ndarray) and x.flags.writeable and \
+            all(s >= 0 and s % x.itemsize == 0 for s in x.strides)
+
+    @staticmethod
+    def view(x, name, wanted=None, output=False):
+        """(fa_tensor, keep-alive) for x. Inputs whose strides the library cannot take (negative,
+        or not a multiple of the item size) are copied first; outputs must be direct_output."""
+        if not isinstance(x, np.ndarray):
+            raise FlashAttnTypeError(f"{name}: expected a numpy.ndarray; got {type(x).__name__}")
+        code = _NP_DTYPES.get(x.dtype)
+        if code is None:
+            raise _dtype_error(name, x.dtype, wanted or NumpyBackend.float_types)
+        if x.ndim > _lib.MAX_DIMS:
+            raise FlashAttnValueError(f"{name}: {x.ndim} dimensions; at most {_lib.MAX_DIMS}")
+        if output and not x.flags.writeable:
+            raise FlashAttnValueError(f"{name}: the output array is read-only")
+        item = x.itemsize
+        if any(s < 0 or s % item for s in x.strides):
+            if output:
+                raise FlashAttnValueError(f"{name}: output strides {x.strides} are not "
+                                          f"non-negative multiples of the item size")
+            x = np.ascontiguousarray(x)
+        t = _lib.Tensor.make(x.ctypes.data if x.size else None, code, x.shape,
+                             [s // item for s in x.strides])
+        return t, x
+
+    @staticmethod
+    def empty(shape, like, dtype=None):
+        dt = {None: like.dtype, "f32": np.float32, "i64": np.int64}[dtype]
+        return np.empty(shape, dtype=dt)
+
+    @staticmethod
+    def zeros(shape, like, dtype=None):
+        dt = {None: like.dtype, "f32": np.float32}[dtype]
+        return np.zeros(shape, dtype=dt)
+
+    @staticmethod
+    def full(shape, value, like, dtype=None):
+        dt = {None: like.dtype, "f32": np.float32}[dtype]
+        return np.full(shape, value, dtype=dt)
+
+    @staticmethod
+    def draw_seed():
+        # NumPy's global generator, so np.random.seed() makes dropout reproducible.
+        return int(np.random.randint(0, 2 ** 63 - 1, dtype=np.int64))
+
+    @staticmethod
+    def rng_state(seed, offset, like):
+        return np.array([seed, offset], dtype=np.int64)
+
+    @staticmethod
+    def rng_values(rng):
+        r = np.asarray(rng).astype(np.int64).reshape(-1)
+        return int(r[0]) & 0xFFFFFFFFFFFFFFFF, int(r[1]) & 0xFFFFFFFFFFFFFFFF
+
+    @staticmethod
+    def to_numpy(x):
+        return np.asarray(x)
+
+    @staticmethod
+    def from_numpy(a, like, dtype=None):
+        return np.ascontiguousarray(a, dtype=like.dtype if dtype is None else dtype)
+
+    @staticmethod
+    def ints(x):
+        return [int(i) for i in np.asarray(x).reshape(-1)]
+
+    @staticmethod
+    def copy(dst, src):
+        np.copyto(dst, src)
+
+    @staticmethod
+    def softmax_d(dout, out, varlen):
+        # rowsum(dO ∘ O) in fp32: (B, H, Sq), varlen (H, total_q). flash-attn returns it too.
+        d = np.einsum("...hd,...hd->...h", dout.astype(np.float32), out.astype(np.float32))
+        return np.ascontiguousarray(np.moveaxis(d, -1, -2) if not varlen else d.T)
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument normalization shared by every path (flash-attn's conventions → the C library's)
+# ----------------------------------------------------------------------------------------------
+
+def norm_window(left, right):
+    """flash-attn treats any negative window side as unbounded; the C library wants -1."""
+    left, right = int(left), int(right)
+    return (-1 if left < 0 else left), (-1 if right < 0 else right)
+
+
+def norm_softcap(softcap):
+    """flash-attn: softcap <= 0 means off; the C library wants exactly 0 (NaN and inf go on to
+    the library, which refuses them)."""
+    softcap = float(softcap)
+    return 0.0 if softcap <= 0.0 else softcap
+
+
+def _params(bk, dropout_p, softmax_scale, causal, wl, wr, softcap, alibi_slopes, seed, offset,
+            keep):
+    wl, wr = norm_window(wl, wr)
+    alibi = None
+    if alibi_slopes is not None:
+        alibi, a = bk.view(alibi_slopes, "alibi_slopes", "float32")
+        keep.append(a)
+    return _lib.params(softmax_scale=softmax_scale, causal=causal, window_left=wl,
+                       window_right=wr, softcap=norm_softcap(softcap), alibi=alibi,
+                       dropout_p=dropout_p, seed=seed, offset=offset)
+
+
+def _views(bk, names_arrays, output=False):
+    keep, views = [], []
+    for name, x in names_arrays:
+        t, k = bk.view(x, name, output=output) if output else bk.view(x, name)
+        views.append(t)
+        keep.append(k)
+    return views, keep
+
+
+def _probs_dmask(bk, q, k, cu_q, cu_k, max_q, max_k, p, dropout_p, softmax_scale,
+                 causal, wl, wr, softcap, alibi_slopes, seed, offset):
+    """S_dmask for return_attn_probs: the softmax probabilities (before dropout's 1/(1-p)), from
+    the fp64 reference, negated where the library's dropout mask drops them. Shape (B, H, Sq, Sk),
+    varlen (B, H, max_seqlen_q, max_seqlen_k) with sequence b in [:Sq_b, :Sk_b]."""
+    wl, wr = norm_window(wl, wr)
+    sc = norm_softcap(softcap)
+    qn = bk.to_numpy(q).astype(np.float64)
+    kn = bk.to_numpy(k).astype(np.float64)
+    an = None if alibi_slopes is None else bk.to_numpy(alibi_slopes).astype(np.float64)
+    H = qn.shape[-2]
+    if cu_q is None:
+        B, Sq, Sk = qn.shape[0], qn.shape[1], kn.shape[1]  # v does not enter the probabilities
+        _, _, probs = attention_ref(qn, kn, kn, softmax_scale, causal, (wl, wr), sc, an)
+    else:
+        cq, ck = bk.ints(cu_q), bk.ints(cu_k)
+        B, Sq, Sk = len(cq) - 1, int(max_q), int(max_k)
+        probs = np.zeros((B, H, Sq, Sk))
+        for b in range(B):
+            slopes = None if an is None else (an[b] if an.ndim == 2 else an)
+            _, _, pb = attention_ref(qn[None, cq[b]:cq[b + 1]], kn[None, ck[b]:ck[b + 1]],
+                                     kn[None, ck[b]:ck[b + 1]], softmax_scale, causal, (wl, wr),
+                                     sc, slopes)
+            probs[b, :, :pb.shape[2], :pb.shape[3]] = pb[0]
+    mask = np.empty((B, H, Sq, Sk), dtype=np.uint8)
+    _lib.dropout_mask(p, _lib.Tensor.make(mask.ctypes.data if mask.size else None,
+                                          _lib.DTYPE_U8, mask.shape,
+                                          [s for s in mask.strides]))
+    s = np.where(mask.astype(bool), probs, -probs)
+    return bk.from_numpy(s, like=q)
+
+
+# ----------------------------------------------------------------------------------------------
+# The four calls
+# ----------------------------------------------------------------------------------------------
+
+def _seed(bk, dropout_p):
+    return (bk.draw_seed(), 0) if dropout_p > 0 else (0, 0)
+
+
+def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_size_left,
+                       window_size_right, softcap, alibi_slopes, return_softmax):
+    """→ (out, softmax_lse, S_dmask, rng_state); S_dmask is empty unless return_softmax."""
+    _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
+    _rank_check(k, "k", (4,), "(batch, seqlen_k, nheads_k, headdim)")
+    _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim)")
+    B, Sq, H, D = q.shape
+    out = bk.empty((B, Sq, H, D), like=q)
+    lse = bk.empty((B, H, Sq), like=q, dtype="f32")
+    seed, offset = _seed(bk, dropout_p)
+    (tq, tk, tv, to, tl), keep = _views(bk, [("q", q), ("k", k), ("v", v), ("out", out),
+                                            ("softmax_lse", lse)])
+    p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                softcap, alibi_slopes, seed, offset, keep)
+    _lib.forward(p, tq, tk, tv, to, tl)
+    if return_softmax:
+        S = _probs_dmask(bk, q, k, None, None, None, None, p, dropout_p, softmax_scale,
+                         causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                         seed, offset)
+    else:
+        S = bk.empty((0,), like=q)
+    return out, lse, S, bk.rng_state(seed, offset, like=q)
+
+
+def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                              max_seqlen_k, dropout_p, softmax_scale, causal,
+                              window_size_left=-1, window_size_right=-1, softcap=0.0,
+                              alibi_slopes=None, return_softmax=False, block_table=None,
+                              leftpad_k=None, seqused_k=None):
+    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state)."""
+    if leftpad_k is not None or seqused_k is not None:
+        raise NotImplementedError("flashattn: leftpad_k and seqused_k (arguments of flash-attn's "
+                                  "private varlen forward) are not supported")
+    if block_table is not None:
+        return _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, dropout_p, softmax_scale, causal,
+                                     window_size_left, window_size_right, softcap, alibi_slopes,
+                                     return_softmax, block_table)
+    _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
+    _rank_check(k, "k", (3,), "(total_k, nheads_k, headdim)")
+    _rank_check(v, "v", (3,), "(total_k, nheads_k, headdim)")
+    Tq, H, D = q.shape
+    out = bk.empty((Tq, H, D), like=q)
+    lse = bk.empty((H, Tq), like=q, dtype="f32")
+    seed, offset = _seed(bk, dropout_p)
+    (tq, tk, tv, tcq, tck, to, tl), keep = _views(bk, [
+        ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_k", cu_seqlens_k), ("out", out), ("softmax_lse", lse)])
+    p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                softcap, alibi_slopes, seed, offset, keep)
+    _lib.varlen_forward(p, tq, tk, tv, tcq, tck, max_seqlen_q, max_seqlen_k, to, tl)
+    if return_softmax:
+        S = _probs_dmask(bk, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         p, dropout_p, softmax_scale, causal, window_size_left,
+                         window_size_right, softcap, alibi_slopes, seed, offset)
+    else:
+        S = bk.empty((0,), like=q)
+    return out, lse, S, bk.rng_state(seed, offset, like=q)
+
+
+def _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state):
+    dq = bk.empty(tuple(q.shape), like=q) if dq is None else dq
+    dk = bk.empty(tuple(k.shape), like=k) if dk is None else dk
+    dv = bk.empty(tuple(v.shape), like=v) if dv is None else dv
+    if dropout_p > 0:
+        if rng_state is None:
+            raise FlashAttnValueError(
+                "rng_state: None, but dropout_p > 0: pass the rng_state the forward returned")
+        seed, offset = bk.rng_values(rng_state)
+    else:
+        seed, offset = 0, 0
+    return dq, dk, dv, seed, offset
+
+
+def _gradients(bk, call, dq, dk, dv):
+    """Runs call(dq, dk, dv) (views of the three outputs). The library refuses outputs whose
+    address ranges interleave or touch an input (FA_ERR_OVERLAP), which happens legitimately
+    when dq, dk and dv are views of one packed gradient buffer (torch.compile's inductor lays
+    out the gradient of an unbind/stack that way): then compute into fresh arrays and copy."""
+    if all(bk.direct_output(x) for x in (dq, dk, dv)):
+        try:
+            return call(dq, dk, dv)
+        except FlashAttnValueError as e:
+            if e.status_name != "FA_ERR_OVERLAP":
+                raise
+    tmp = [bk.empty(tuple(x.shape), like=x) for x in (dq, dk, dv)]
+    call(*tmp)
+    for dst, src in zip((dq, dk, dv), tmp):
+        bk.copy(dst, src)
+
+
+def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
+                        softmax_scale, causal, window_size_left, window_size_right, softcap,
+                        alibi_slopes, deterministic, rng_state=None):
+    """Writes dq, dk, dv (allocated if None) and returns softmax_d = rowsum(dout ∘ out), fp32
+    (B, H, Sq). The backward is always deterministic; `deterministic` is accepted and ignored."""
+    _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
+    dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
+    views, keep = _views(bk, [("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+                              ("softmax_lse", softmax_lse)])
+    p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                softcap, alibi_slopes, seed, offset, keep)
+
+    def call(dq_, dk_, dv_):
+        grads, _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)], output=True)
+        _lib.backward(p, *views, *grads)
+
+    _gradients(bk, call, dq, dk, dv)
+    return bk.softmax_d(dout, out, varlen=False)
+
+
+def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
+                               cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                               softmax_scale, causal, window_size_left, window_size_right,
+                               softcap, alibi_slopes, deterministic, rng_state=None):
+    """Varlen flash_attn_backward; softmax_d is (H, total_q)."""
+    _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
+    dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
+    (tq, tk, tv, to, tdo, tl, tcq, tck), keep = _views(bk, [
+        ("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
+        ("softmax_lse", softmax_lse), ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_k", cu_seqlens_k)])
+    p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                softcap, alibi_slopes, seed, offset, keep)
+
+    def call(dq_, dk_, dv_):
+        (tdq, tdk, tdv), _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)],
+                                        output=True)
+        _lib.varlen_backward(p, tq, tk, tv, to, tdo, tl, tcq, tck, max_seqlen_q, max_seqlen_k,
+                             tdq, tdk, tdv)
+
+    _gradients(bk, call, dq, dk, dv)
+    return bk.softmax_d(dout, out, varlen=True)
+
+
+def dropout_mask_for(bk, shape, dropout_p, rng_state):
+    """The (B, H, Sq, Sk) uint8 keep mask (1 = kept) that a forward with this dropout_p and
+    rng_state used, as a NumPy array."""
+    seed, offset = bk.rng_values(rng_state)
+    mask = np.empty(tuple(int(s) for s in shape), dtype=np.uint8)
+    p = _lib.params(dropout_p=dropout_p, seed=seed, offset=offset)
+    _lib.dropout_mask(p, _lib.Tensor.make(mask.ctypes.data if mask.size else None,
+                                          _lib.DTYPE_U8, mask.shape, list(mask.strides)))
+    return mask
+
+
+def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False):
+    """→ (out, softmax_lse) through fa_forward_kvcache; k/v (if given) are appended to
+    k_cache/v_cache in place first. cache_seqlens: None, an int, or a (B,) int32 array."""
+    _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
+    _rank_check(k_cache, "k_cache", (4,),
+                "(batch_cache, seqlen_cache, nheads_k, headdim) or paged (num_blocks, "
+                "page_block_size, nheads_k, headdim)")
+    B, Sq, H, D = q.shape
+    out = bk.empty((B, Sq, H, D), like=q)
+    lse = bk.empty((B, H, Sq), like=q, dtype="f32")
+    append = k is not None or v is not None
+    fields, keep = {}, []
+
+    def put(name, x, output=False):
+        if x is None:
+            return
+        t, kp = bk.view(x, name, output=True) if output else bk.view(x, name)
+        fields[name] = t
+        keep.append(kp)
+
+    if append and not all(bk.direct_output(x) for x in (k_cache, v_cache)):
+        raise FlashAttnValueError("k_cache, v_cache: written in place, so they must be writable "
+                                  "arrays with non-negative strides")
+    put("k_cache", k_cache, output=append)
+    put("v_cache", v_cache, output=append)
+    names = {"k": "k_new", "v": "v_new"}
+    for nm, x in (("k", k), ("v", v)):
+        if x is not None:
+            t, kp = bk.view(x, nm)
+            fields[names[nm]] = t
+            keep.append(kp)
+    if cache_seqlens is not None and not hasattr(cache_seqlens, "shape"):
+        fields["cache_seqlen"] = int(cache_seqlens)  # an int: the same length for every row
+    else:
+        put("cache_seqlens", cache_seqlens)
+    put("cache_batch_idx", cache_batch_idx)
+    put("cache_leftpad", cache_leftpad)
+    put("block_table", block_table)
+    put("rotary_cos", rotary_cos)
+    put("rotary_sin", rotary_sin)
+    fields["rotary_interleaved"] = 1 if rotary_interleaved else 0
+    fields["num_splits"] = int(num_splits)
+    kv = _lib.kvcache(fields)
+    (tq, to, tl), keep2 = _views(bk, [("q", q), ("out", out), ("softmax_lse", lse)])
+    p = _params(bk, 0.0, softmax_scale, causal, window_size[0], window_size[1], softcap,
+                alibi_slopes, 0, 0, keep2)
+    _lib.forward_kvcache(p, tq, kv, to, tl)
+    return out, lse
+
+
+def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                          softcap, alibi_slopes, return_softmax, block_table):
+    """flash_attn_varlen_func with a paged KV cache: k/v (num_blocks, page_block_size, Hk, D),
+    block_table (B, max_blocks_per_seq) int32; sequence b's keys are its first
+    cu_seqlens_k[b+1] - cu_seqlens_k[b] positions in its pages. One fa_forward_kvcache call per
+    sequence (forward only, no dropout, as the library's KV-cache path)."""
+    if dropout_p > 0:
+        raise FlashAttnValueError("dropout_p: the paged KV cache (block_table) has no dropout")
+    _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
+    _rank_check(block_table, "block_table", (2,), "(batch_size, max_blocks_per_seq)")
+    Tq, H, D = q.shape
+    cq, ck = bk.ints(cu_seqlens_q), bk.ints(cu_seqlens_k)
+    if len(cq) != len(ck) or len(cq) < 1:
+        raise FlashAttnValueError(f"cu_seqlens_q and cu_seqlens_k: shapes ({len(cq)},) and "
+                                  f"({len(ck)},); expected (batch_size + 1,) both")
+    B = len(cq) - 1
+    if block_table.shape[0] != B:
+        raise FlashAttnValueError(f"block_table: shape[0] is {block_table.shape[0]}; expected "
+                                  f"batch_size = {B}")
+    for name, cu, total, mx in (("cu_seqlens_q", cq, Tq, max_seqlen_q),
+                                ("cu_seqlens_k", ck, None, max_seqlen_k)):
+        for b in range(B):
+            if cu[b] < 0 or cu[b + 1] < cu[b] or (total is not None and cu[b + 1] > total):
+                raise FlashAttnValueError(f"{name}: offsets {cu} must start >= 0, never decrease "
+                                          f"and end within the rows")
+            if cu[b + 1] - cu[b] > mx:
+                raise FlashAttnValueError(f"{name}: sequence {b} has length {cu[b + 1] - cu[b]}, "
+                                          f"more than its max_seqlen {mx}")
+    out = bk.zeros((Tq, H, D), like=q)
+    lse = bk.full((H, Tq), float("-inf"), like=q, dtype="f32")
+    for b in range(B):
+        qs, qe = cq[b], cq[b + 1]
+        slopes = alibi_slopes
+        if alibi_slopes is not None and len(alibi_slopes.shape) == 2:
+            slopes = alibi_slopes[b]
+        o_b, l_b = flash_attn_with_kvcache(
+            bk, q[qs:qe][None], k, v, cache_seqlens=ck[b + 1] - ck[b],
+            block_table=block_table[b:b + 1], softmax_scale=softmax_scale, causal=causal,
+            window_size=(window_size_left, window_size_right), softcap=softcap,
+            alibi_slopes=slopes)
+        bk.copy(out[qs:qe], o_b[0])
+        bk.copy(lse[:, qs:qe], l_b[0])
+    # return_softmax is only asked for with dropout, which the paged path refuses above.
+    return out, lse, bk.empty((0,), like=q), bk.rng_state(0, 0, like=q)

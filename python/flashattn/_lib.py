@@ -1,0 +1,368 @@
+"""ctypes binding to libflashattn: loading, the C structs, and status codes → Python exceptions.
+
+Nothing here knows NumPy or PyTorch: callers hand in `Tensor` views (pointer, dtype, shape,
+strides in elements) and `params()` structs, and get back the library's status checked.
+
+The library is found, in order:
+  1. the path in the environment variable FLASHATTN_LIBRARY;
+  2. libflashattn.so next to this file (where `pip install .` puts it);
+  3. build/libflashattn.so of a source checkout this file lives in (python/flashattn/ → build/),
+     so `PYTHONPATH=python` works after `make`.
+It is loaded on first use, so `import flashattn` never fails because of it.
+"""
+
+import ctypes
+import os
+import sys
+import threading
+
+__all__ = [
+    "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "DTYPE_I32", "DTYPE_U8",
+    "DEVICE_CPU", "DEVICE_CUDA",
+    "Tensor", "Params",
+    "FlashAttnError", "FlashAttnValueError", "FlashAttnTypeError", "FlashAttnRuntimeError",
+    "FlashAttnMemoryError",
+    "lib", "library_path", "version", "build_info", "params",
+    "forward", "varlen_forward", "backward", "varlen_backward", "dropout_mask",
+    "KvCache", "has_kvcache", "kvcache", "forward_kvcache",
+]
+
+# fa_dtype / fa_device (include/flashattn.h)
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I32, DTYPE_U8 = 0, 1, 2, 3, 4
+DTYPE_NAMES = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_I32: "i32",
+               DTYPE_U8: "u8"}
+DEVICE_CPU, DEVICE_CUDA = 0, 1
+MAX_DIMS = 4
+
+
+class Tensor(ctypes.Structure):
+    """fa_tensor: a strided view of memory the caller owns (shape and strides in elements)."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("device_index", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("stride", ctypes.c_int64 * MAX_DIMS),
+    ]
+
+    @classmethod
+    def make(cls, data, dtype, shape, stride, device=DEVICE_CPU, device_index=0):
+        t = cls()
+        t.data = data or None
+        t.dtype = dtype
+        t.device = device
+        t.device_index = device_index
+        t.ndim = len(shape)
+        for i, (n, s) in enumerate(zip(shape, stride)):
+            t.shape[i] = n
+            t.stride[i] = s
+        return t
+
+
+class Params(ctypes.Structure):
+    """fa_params as this binding knows it. The library may know a longer struct (fields are only
+    ever appended), so params() lets the library fill a larger zeroed buffer first."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", Tensor),
+        ("dropout_p", ctypes.c_float),
+        ("dropout_seed", ctypes.c_uint64),
+        ("dropout_offset", ctypes.c_uint64),
+    ]
+
+
+_PARAMS_BUFFER = 1024  # bytes: room for fields a newer library may have appended
+
+
+class KvCache(ctypes.Structure):
+    """fa_kvcache (fa_forward_kvcache's cache side) as this binding knows it; like Params, the
+    library's fa_kvcache_init fills a larger zeroed buffer first."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("k_cache", Tensor),
+        ("v_cache", Tensor),
+        ("k_new", Tensor),
+        ("v_new", Tensor),
+        ("cache_seqlens", Tensor),
+        ("cache_seqlen", ctypes.c_int64),
+        ("cache_batch_idx", Tensor),
+        ("cache_leftpad", Tensor),
+        ("block_table", Tensor),
+        ("rotary_cos", Tensor),
+        ("rotary_sin", Tensor),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+class FlashAttnError(Exception):
+    """An error reported by libflashattn. `status` is the fa_status code (negative) and
+    `status_name` its name, e.g. "FA_ERR_SHAPE"; str() is "<name>: <library message>"."""
+
+    def __init__(self, message, status=None, status_name=None):
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name
+
+
+class FlashAttnValueError(FlashAttnError, ValueError):
+    """Bad shapes, strides, values or overlapping outputs (also a ValueError)."""
+
+
+class FlashAttnTypeError(FlashAttnError, TypeError):
+    """Unsupported or mismatched dtypes (also a TypeError)."""
+
+
+class FlashAttnRuntimeError(FlashAttnError, RuntimeError):
+    """Device, ABI or internal errors (also a RuntimeError)."""
+
+
+class FlashAttnMemoryError(FlashAttnError, MemoryError):
+    """The library ran out of memory (also a MemoryError)."""
+
+
+# fa_status → exception class
+_STATUS_CLASS = {
+    -1: FlashAttnValueError,   # FA_ERR_NULL_POINTER (an empty/None tensor where one is needed)
+    -2: FlashAttnValueError,   # FA_ERR_RANK
+    -3: FlashAttnValueError,   # FA_ERR_SHAPE
+    -4: FlashAttnTypeError,    # FA_ERR_DTYPE
+    -5: FlashAttnValueError,   # FA_ERR_STRIDE
+    -6: FlashAttnValueError,   # FA_ERR_OVERLAP
+    -7: FlashAttnValueError,   # FA_ERR_VALUE
+    -8: FlashAttnRuntimeError,  # FA_ERR_DEVICE
+    -9: FlashAttnRuntimeError,  # FA_ERR_STRUCT_SIZE
+    -10: FlashAttnMemoryError,  # FA_ERR_NO_MEMORY
+    -11: FlashAttnValueError,  # FA_ERR_UNSUPPORTED (e.g. head dim > 256)
+    -12: FlashAttnRuntimeError,  # FA_ERR_INTERNAL
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    env = os.environ.get("FLASHATTN_LIBRARY")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = ["libflashattn.so"] if not sys.platform.startswith("darwin") else ["libflashattn.dylib"]
+    paths = [os.path.join(here, n) for n in names]
+    paths += [os.path.join(here, os.pardir, os.pardir, "build", n) for n in names]
+    return [os.path.normpath(p) for p in paths], False
+
+
+def _declare(cdll):
+    P = ctypes.POINTER
+    T = P(Tensor)
+    c = ctypes
+    sigs = {
+        "fa_version": (c.c_uint, []),
+        "fa_version_string": (c.c_char_p, []),
+        "fa_build_info": (c.c_char_p, []),
+        "fa_status_name": (c.c_char_p, [c.c_int]),
+        "fa_strerror": (c.c_char_p, [c.c_int]),
+        "fa_last_error_message": (c.c_char_p, []),
+        "fa_params_init": (None, [c.c_void_p]),
+        "fa_forward": (c.c_int, [c.c_void_p, c.c_void_p, T, T, T, T, T]),
+        "fa_varlen_forward": (c.c_int, [c.c_void_p, c.c_void_p, T, T, T, T, T, c.c_int64,
+                                        c.c_int64, T, T]),
+        "fa_backward": (c.c_int, [c.c_void_p, c.c_void_p, T, T, T, T, T, T, T, T, T]),
+        "fa_varlen_backward": (c.c_int, [c.c_void_p, c.c_void_p, T, T, T, T, T, T, T, T,
+                                         c.c_int64, c.c_int64, T, T, T]),
+        "fa_dropout_mask": (c.c_int, [c.c_void_p, T]),
+    }
+    optional = {  # newer entry points: absent in an older library, which is still usable
+        "fa_kvcache_init": (None, [c.c_void_p]),
+        "fa_forward_kvcache": (c.c_int, [c.c_void_p, c.c_void_p, T, c.c_void_p, T, T]),
+    }
+    for name, (res, args) in list(sigs.items()) + list(optional.items()):
+        if name in optional and not hasattr(cdll, name):
+            continue
+        fn = getattr(cdll, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def lib():
+    """The loaded library (a ctypes.CDLL), loading it on first use."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        paths, from_env = _candidates()
+        errors = []
+        for path in paths:
+            if not from_env and not os.path.exists(path):
+                errors.append(f"{path}: not found")
+                continue
+            try:
+                cdll = ctypes.CDLL(path)
+                _declare(cdll)
+            except (OSError, AttributeError) as e:
+                errors.append(f"{path}: {e}")
+                continue
+            _lib_path = path
+            _lib = cdll
+            return _lib
+        where = "FLASHATTN_LIBRARY" if from_env else "the package folder or a source build"
+        raise ImportError(
+            "flashattn: cannot load libflashattn from " + where + ":\n  " + "\n  ".join(errors)
+            + "\nReinstall with `pip install .` from the source tree, run `make` for a source "
+            "checkout, or set FLASHATTN_LIBRARY to the path of libflashattn.so.")
+
+
+def library_path():
+    """The path of the loaded libflashattn."""
+    lib()
+    return _lib_path
+
+
+def version():
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
+    return lib().fa_version_string().decode()
+
+
+def build_info():
+    """The loaded library's one-line build description (compiler, CPU kernels)."""
+    return lib().fa_build_info().decode()
+
+
+def _raise(status, what):
+    L = lib()
+    name = L.fa_status_name(status).decode()
+    msg = L.fa_last_error_message().decode() or L.fa_strerror(status).decode()
+    cls = _STATUS_CLASS.get(status, FlashAttnRuntimeError)
+    raise cls(f"{what}: {name}: {msg}", status=status, status_name=name)
+
+
+def _check(status, what):
+    if status != 0:
+        _raise(status, what)
+
+
+# --------------------------------------------------------------------------------------------
+# Calls
+# --------------------------------------------------------------------------------------------
+
+_F32_MAX = 3.4028234663852886e38
+_F32_MIN_SUBNORMAL = 1.401298464324817e-45
+
+
+def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
+           alibi=None, dropout_p=0.0, seed=0, offset=0):
+    """An fa_params filled by fa_params_init and then with these values, as a ctypes buffer.
+
+    softmax_scale None means the default 1/sqrt(D). The C library reads 0 as "default", so an
+    explicit 0.0 is passed as the smallest positive float, which gives the same (uniform)
+    probabilities. alibi is a Tensor or None."""
+    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
+    L = lib()
+    L.fa_params_init(buf)
+    p = Params.from_buffer(buf)
+    if p.struct_size < ctypes.sizeof(Params) or p.struct_size > _PARAMS_BUFFER:
+        raise FlashAttnRuntimeError(
+            f"flashattn: the loaded library's fa_params is {p.struct_size} bytes; this binding "
+            f"needs {ctypes.sizeof(Params)}..{_PARAMS_BUFFER} ({_lib_path}: version {version()})")
+    if softmax_scale is not None:
+        s = float(softmax_scale)
+        if s == 0.0:
+            s = _F32_MIN_SUBNORMAL
+        p.softmax_scale = s
+    p.causal = 1 if causal else 0
+    p.window_left = int(window_left)
+    p.window_right = int(window_right)
+    p.softcap = float(softcap)
+    if alibi is not None:
+        p.alibi_slopes = alibi
+    p.dropout_p = float(dropout_p)
+    p.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    p.dropout_offset = int(offset) & 0xFFFFFFFFFFFFFFFF
+    return buf
+
+
+def _ref(t):
+    return None if t is None else ctypes.byref(t)
+
+
+def forward(p, q, k, v, out, lse):
+    _check(lib().fa_forward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse)),
+           "fa_forward")
+
+
+def varlen_forward(p, q, k, v, cu_q, cu_k, max_q, max_k, out, lse):
+    _check(lib().fa_varlen_forward(None, p, _ref(q), _ref(k), _ref(v), _ref(cu_q), _ref(cu_k),
+                                   int(max_q), int(max_k), _ref(out), _ref(lse)),
+           "fa_varlen_forward")
+
+
+def backward(p, q, k, v, out, dout, lse, dq, dk, dv):
+    _check(lib().fa_backward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
+                             _ref(lse), _ref(dq), _ref(dk), _ref(dv)), "fa_backward")
+
+
+def varlen_backward(p, q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv):
+    _check(lib().fa_varlen_backward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
+                                    _ref(lse), _ref(cu_q), _ref(cu_k), int(max_q), int(max_k),
+                                    _ref(dq), _ref(dk), _ref(dv)), "fa_varlen_backward")
+
+
+def dropout_mask(p, mask):
+    _check(lib().fa_dropout_mask(p, _ref(mask)), "fa_dropout_mask")
+
+
+def has_kvcache():
+    """Whether the loaded library has fa_forward_kvcache."""
+    return hasattr(lib(), "fa_forward_kvcache")
+
+
+# A non-NULL address for given-but-empty tensors: fa_kvcache treats data == NULL as "absent".
+_EMPTY = ctypes.c_int64(0)
+
+
+def kvcache(fields):
+    """An fa_kvcache filled by fa_kvcache_init, then with fields (name → Tensor or int), as a
+    ctypes buffer."""
+    if not has_kvcache():
+        raise FlashAttnRuntimeError(
+            f"flashattn: the loaded library ({_lib_path}, version {version()}) has no "
+            f"fa_forward_kvcache; flash_attn_with_kvcache needs a newer libflashattn")
+    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
+    lib().fa_kvcache_init(buf)
+    kv = KvCache.from_buffer(buf)
+    if kv.struct_size < ctypes.sizeof(KvCache) or kv.struct_size > _PARAMS_BUFFER:
+        raise FlashAttnRuntimeError(
+            f"flashattn: the loaded library's fa_kvcache is {kv.struct_size} bytes; this "
+            f"binding needs {ctypes.sizeof(KvCache)}..{_PARAMS_BUFFER}")
+    for name, value in fields.items():
+        if isinstance(value, Tensor) and not value.data:
+            value.data = ctypes.addressof(_EMPTY)
+        setattr(kv, name, value)
+    return buf
+
+
+def forward_kvcache(p, q, kv, out, lse):
+    _check(lib().fa_forward_kvcache(None, p, _ref(q), kv, _ref(out), _ref(lse)),
+           "fa_forward_kvcache")

@@ -1,0 +1,46 @@
+"""Test helpers: dtypes, tolerances, random inputs, comparisons against the fp64 reference."""
+
+import numpy as np
+
+from flashattn import _core
+
+BF16 = _core._NP_BF16  # None without ml_dtypes
+
+# The dtypes the NumPy path takes, each with its error bound relative to max(1, max |ref|).
+# Accumulation is fp32 throughout, so these are the inputs'/outputs' rounding plus margin.
+DTYPES = [np.dtype(np.float32), np.dtype(np.float16)] + ([BF16] if BF16 is not None else [])
+TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def dtype_ids(dts):
+    return [d.name for d in dts]
+
+
+def randn(rng, shape, dtype, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def rel_err(a, ref):
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    assert a.shape == ref.shape, (a.shape, ref.shape)
+    if ref.size == 0:
+        return 0.0
+    assert not np.isnan(a).any(), "NaN in result"
+    return float(np.max(np.abs(a - ref))) / max(1.0, float(np.max(np.abs(ref))))
+
+
+def assert_close(a, ref, dtype, name="", factor=1.0):
+    tol = TOL[np.dtype(dtype).name] * factor
+    e = rel_err(a, ref)
+    assert e <= tol, f"{name}: max rel err {e:.2e} > {tol:.1e} ({np.dtype(dtype).name})"
+
+
+def assert_lse(lse, ref):
+    """lse matches where finite and is -inf exactly where the reference is (no visible key)."""
+    lse = np.asarray(lse, dtype=np.float64)
+    fin = np.isfinite(ref)
+    assert np.array_equal(np.isfinite(lse), fin), "lse finiteness differs from the reference"
+    assert np.all(lse[~fin] == -np.inf), "a fully masked row's lse must be -inf"
+    if fin.any():
+        assert np.max(np.abs(lse[fin] - ref[fin])) <= 2e-5 * max(1.0, np.max(np.abs(ref[fin])))
