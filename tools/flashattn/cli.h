@@ -36,6 +36,11 @@ typedef int (*cli_command_fn)(int argc, char **argv);
 int cmd_verify(int argc, char **argv); /* verify.c */
 int cmd_demo(int argc, char **argv);   /* demo.c */
 int cmd_info(int argc, char **argv);   /* info.c */
+int cmd_doctor(int argc, char **argv);  /* doctor.c */
+int cmd_wheel(int argc, char **argv);   /* wheel.c */
+int cmd_explain(int argc, char **argv); /* explain.c */
+int cmd_bench(int argc, char **argv);  /* bench.c */
+int cmd_bench_decode(int argc, char **argv); /* bench_decode.c */
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 

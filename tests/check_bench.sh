@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# check_bench.sh FLASHATTN_BINARY OUTDIR
+#
+# Smoke test of `flashattn bench` (a few seconds): a tiny grid, forward and backward, fp32 and
+# bf16, causal and not, flashattn checked against the naive baseline; --csv, --svg and --json
+# outputs are written and look like what they claim to be. Timing numbers are not checked.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 path/to/flashattn outdir" >&2
+    exit 2
+fi
+bin=$1
+out=$2
+mkdir -p "$out"
+rm -f "$out"/bench-smoke.{csv,svg,json,txt}
+
+common=(--seqlens 64,128 --dims 32 --heads 2 --dtypes f32,bf16 --causal 0,1 --pass fwd,bwd
+        --runs 1 --seed 1 --probe-ms 20)
+
+"$bin" bench "${common[@]}" --csv "$out/bench-smoke.csv" --svg "$out/bench-smoke.svg" \
+    >"$out/bench-smoke.txt"
+cat "$out/bench-smoke.txt"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+grep -q '^peak fp32:' "$out/bench-smoke.txt" || fail "no fp32 peak line"
+grep -q '^peak bf16:' "$out/bench-smoke.txt" || fail "no bf16 peak line"
+rows=$(grep -cE '^(fwd|bwd) ' "$out/bench-smoke.txt" || true)
+[ "$rows" -eq 16 ] || fail "expected 16 table rows, got $rows"
+if grep -qE 'MISMATCH|ERROR' "$out/bench-smoke.txt"; then fail "a row disagreed or failed"; fi
+
+# CSV: a header and one line per row, every row checked and ok
+[ "$(wc -l <"$out/bench-smoke.csv")" -eq 17 ] || fail "CSV should have 17 lines"
+head -1 "$out/bench-smoke.csv" | grep -q '^pass,dtype,' || fail "CSV header"
+[ "$(grep -c ',ran,.*,ok,' "$out/bench-smoke.csv")" -eq 16 ] || fail "CSV rows not all ran/ok"
+
+# SVG: a complete document with lines drawn
+head -2 "$out/bench-smoke.svg" | grep -q '<svg ' || fail "SVG start"
+tail -1 "$out/bench-smoke.svg" | grep -q '</svg>' || fail "SVG end"
+grep -q '<polyline' "$out/bench-smoke.svg" || fail "SVG has no lines"
+
+# JSON parses (where Python is available) and has the rows
+"$bin" bench --seqlens 64 --dims 16 --heads 1 --dtypes f32 --causal 0 --pass fwd --runs 1 \
+    --seed 1 --probe-ms 20 --json --quiet >"$out/bench-smoke.json"
+if command -v python3 >/dev/null; then
+    python3 - "$out/bench-smoke.json" <<'PY' || fail "JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["peaks"]["fp32"]["gflops"] > 0, d["peaks"]
+assert len(d["rows"]) == 1 and d["rows"][0]["status"] == "ok", d["rows"]
+PY
+else
+    grep -q '"rows": \[' "$out/bench-smoke.json" || fail "JSON rows"
+fi
+
+# Bad usage exits with 2
+set +e
+"$bin" bench --dims x >/dev/null 2>&1
+[ $? -eq 2 ] || fail "bad usage should exit with 2"
+echo "PASS: flashattn bench smoke test"

@@ -1,0 +1,700 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_decode.c — `flashattn bench-decode`: the decode step of inference, one query token per
+ * sequence against a KV cache (fa_forward_kvcache), over batch sizes and cache lengths.
+ *
+ * A decode step reads the whole K and V cache once and does little arithmetic per byte, so its
+ * speed limit is memory bandwidth. Each row reports the median time of --runs calls, the cache
+ * bytes read per second (2·B·L·Hk·D·esize: K and V, nothing else counted) and that rate as a
+ * share of this machine's read bandwidth, measured in the same run by a STREAM-like probe: a sum
+ * over a buffer much larger than the last-level cache, on the same number of threads, each
+ * thread first-touching and then reading its own contiguous slice, median of several passes.
+ * The caches are allocated and first-touched the same way (same allocator, same threads,
+ * contiguous slices), so the probe and the attention read equally placed memory.
+ *
+ * Shape: H = 32 query heads, Hk = 8 KV heads, D = 128, Sq = 1, the whole cache attended
+ * (cache_seqlen = -1, no append), contiguous BSHD caches (--layout bhsd: the same logical view
+ * of head-major memory, through strides). Configurations whose caches do not fit
+ * in MemAvailable (with a margin) are skipped and listed. Each row also checks batch 0's first
+ * and last heads against an fp64 computation over the cache, so a broken kernel cannot report
+ * a good time.
+ */
+#define _POSIX_C_SOURCE 200809L
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE), Linux only and optional */
+#endif
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "cli.h"
+#include "flashattn.h"
+
+enum { BD_H = 32, BD_HK = 8, BD_D = 128, BD_MAX_LIST = 32 };
+
+#define BD_ALIGN ((size_t)2 << 20) /* 2 MiB: huge-page aligned */
+
+typedef struct bd_options {
+    long lens[BD_MAX_LIST], batches[BD_MAX_LIST];
+    int nlens, nbatches;
+    fa_dtype dtypes[4];
+    int ndtypes;
+    long runs, threads, probe_mib, probe_passes;
+    int bhsd; /* caches laid out (B, Hk, L, D) in memory: each head's keys contiguous */
+} bd_options;
+
+/* ---- small helpers ----------------------------------------------------------------------------
+ */
+
+static int bd_cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double bd_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bd_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int bd_parse_list(const char *s, long lo, long hi, long *out, int max) {
+    int n = 0;
+    char buf[512];
+    if (!s || strlen(s) >= sizeof buf)
+        return -1;
+    strcpy(buf, s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == max || cli_parse_long(tok, lo, hi, &out[n]) != 0)
+            return -1;
+        n++;
+    }
+    return n > 0 ? n : -1;
+}
+
+/* A "key: value kB" line of a /proc file, in KiB; -1 when absent. */
+static long bd_proc_kib(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long v = -1;
+    const size_t n = strlen(key);
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            v = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static double bd_avail_gib(void) {
+    long kib = bd_proc_kib("/proc/meminfo", "MemAvailable");
+    if (kib >= 0)
+        return (double)kib / (1024.0 * 1024.0);
+#ifdef _SC_AVPHYS_PAGES
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0)
+        return (double)pages * (double)psz / (1024.0 * 1024.0 * 1024.0);
+#endif
+    return -1.0;
+}
+
+static void bd_first_line(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (!f)
+        return;
+    if (fgets(buf, (int)n, f))
+        buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+static void bd_cpu_model(char *buf, size_t n) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(buf, n, "unknown CPU");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ' || *c == '\t')
+                    c++;
+                c[strcspn(c, "\n")] = '\0';
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+/* The last-level cache size in bytes as the OS reports it (0 = unknown). */
+static double bd_llc_bytes(void) {
+    double best = 0.0;
+    for (int i = 0; i < 8; i++) {
+        char path[96], txt[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        bd_first_line(path, txt, sizeof txt);
+        if (!txt[0])
+            continue;
+        char *end = NULL;
+        double v = strtod(txt, &end);
+        if (end && (*end == 'K' || *end == 'k'))
+            v *= 1024.0;
+        else if (end && (*end == 'M' || *end == 'm'))
+            v *= 1024.0 * 1024.0;
+        if (v > best)
+            best = v;
+    }
+    return best;
+}
+
+/* 2 MiB-aligned memory, huge pages requested where the OS has them. Not touched here. */
+static void *bd_alloc(size_t bytes) {
+    const size_t n = (bytes + BD_ALIGN - 1) / BD_ALIGN * BD_ALIGN;
+    void *p = aligned_alloc(BD_ALIGN, n ? n : BD_ALIGN);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p)
+        (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* ---- threads: first touch, fill and the read probe --------------------------------------------
+ */
+
+typedef struct bd_job {
+    int kind; /* 0: fill with a repeated random block, 1: read-sum */
+    unsigned char *buf;
+    size_t bytes;
+    const unsigned char *block; /* kind 0: a block of `block_bytes` to repeat */
+    size_t block_bytes;
+    int nthreads;
+    pthread_barrier_t *start, *stop; /* kind 1: passes in lock step */
+    int passes;
+    uint64_t sink;
+} bd_job;
+
+typedef struct bd_worker {
+    bd_job *job;
+    int index;
+    uint64_t sum;
+} bd_worker;
+
+/* Thread t's slice [lo, hi) of the buffer, cut at 4 KiB boundaries. */
+static void bd_slice(const bd_job *j, int t, size_t *lo, size_t *hi) {
+    const size_t pages = (j->bytes + 4095) / 4096;
+    *lo = pages * (size_t)t / (size_t)j->nthreads * 4096;
+    *hi = pages * (size_t)(t + 1) / (size_t)j->nthreads * 4096;
+    if (*lo > j->bytes)
+        *lo = j->bytes;
+    if (*hi > j->bytes)
+        *hi = j->bytes;
+}
+
+/* Sum of 64-bit words with 8 independent accumulators (vectorizes at the tool's flags). */
+static uint64_t bd_sum(const unsigned char *p, size_t bytes) {
+    const uint64_t *w = (const uint64_t *)(const void *)p;
+    const size_t n = bytes / 8;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 += w[i];
+        a1 += w[i + 1];
+        a2 += w[i + 2];
+        a3 += w[i + 3];
+        a4 += w[i + 4];
+        a5 += w[i + 5];
+        a6 += w[i + 6];
+        a7 += w[i + 7];
+    }
+    for (; i < n; i++)
+        a0 += w[i];
+    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+static void *bd_worker_main(void *arg) {
+    bd_worker *w = arg;
+    bd_job *j = w->job;
+    size_t lo, hi;
+    bd_slice(j, w->index, &lo, &hi);
+    if (j->kind == 0) {
+        for (size_t o = lo; o < hi; o += j->block_bytes) {
+            const size_t n = hi - o < j->block_bytes ? hi - o : j->block_bytes;
+            memcpy(j->buf + o, j->block + (o / j->block_bytes % 7) * 64, n);
+        }
+        return NULL;
+    }
+    for (int p = 0; p < j->passes; p++) {
+        pthread_barrier_wait(j->start);
+        w->sum += bd_sum(j->buf + lo, hi - lo);
+        pthread_barrier_wait(j->stop);
+    }
+    return NULL;
+}
+
+/* Runs the job on nthreads threads (the caller is thread 0). With kind 1 the caller also times
+ * each pass (start barrier to stop barrier) into secs[]. Returns 0 on success. */
+static int bd_run_job(bd_job *j, double *secs) {
+    const int T = j->nthreads;
+    pthread_t tid[1024];
+    bd_worker w[1024];
+    pthread_barrier_t b0, b1;
+    if (T < 1 || T > 1024)
+        return -1;
+    if (j->kind == 1) {
+        if (pthread_barrier_init(&b0, NULL, (unsigned)T) ||
+            pthread_barrier_init(&b1, NULL, (unsigned)T))
+            return -1;
+        j->start = &b0;
+        j->stop = &b1;
+    }
+    for (int t = 0; t < T; t++)
+        w[t] = (bd_worker){j, t, 0};
+    int started = 1;
+    for (int t = 1; t < T; t++) {
+        if (pthread_create(&tid[t], NULL, bd_worker_main, &w[t]) != 0) {
+            fprintf(stderr, "flashattn: bench-decode: cannot start thread %d\n", t);
+            exit(1); /* the others would wait at the barrier forever */
+        }
+        started++;
+    }
+    if (j->kind == 0) {
+        bd_worker_main(&w[0]);
+    } else {
+        size_t lo, hi;
+        bd_slice(j, 0, &lo, &hi);
+        for (int p = 0; p < j->passes; p++) {
+            pthread_barrier_wait(&b0);
+            const double t0 = cli_now();
+            w[0].sum += bd_sum(j->buf + lo, hi - lo);
+            pthread_barrier_wait(&b1);
+            secs[p] = cli_now() - t0;
+        }
+    }
+    for (int t = 1; t < started; t++)
+        pthread_join(tid[t], NULL);
+    for (int t = 0; t < T; t++)
+        j->sink += w[t].sum;
+    if (j->kind == 1) {
+        pthread_barrier_destroy(&b0);
+        pthread_barrier_destroy(&b1);
+    }
+    return 0;
+}
+
+/* Fills (and so first-touches) buf with a repeated random block, each thread its own slice. */
+static void bd_fill(unsigned char *buf, size_t bytes, const unsigned char *block,
+                    size_t block_bytes, int threads) {
+    bd_job j = {.kind = 0,
+                .buf = buf,
+                .bytes = bytes,
+                .block = block,
+                .block_bytes = block_bytes,
+                .nthreads = threads};
+    if (bd_run_job(&j, NULL) != 0) {
+        fprintf(stderr, "flashattn: bench-decode: cannot run %d threads\n", threads);
+        exit(1);
+    }
+}
+
+typedef struct bd_probe {
+    double gbs, gbs_min, gbs_max;
+    int passes;
+} bd_probe;
+
+static uint64_t bd_sink; /* keeps the sums alive */
+
+static void bd_measure_probe(unsigned char *buf, size_t bytes, int threads, int passes,
+                             bd_probe *out) {
+    double secs[64], gbs[64];
+    bd_job j = {.kind = 1, .buf = buf, .bytes = bytes, .nthreads = threads, .passes = passes + 1};
+    if (passes + 1 > 64 || bd_run_job(&j, secs) != 0) {
+        fprintf(stderr, "flashattn: bench-decode: the bandwidth probe failed\n");
+        exit(1);
+    }
+    bd_sink += j.sink;
+    out->gbs_min = 1e300;
+    out->gbs_max = 0.0;
+    for (int p = 0; p < passes; p++) { /* the first pass is a warm-up */
+        gbs[p] = (double)bytes / secs[p + 1] * 1e-9;
+        if (gbs[p] < out->gbs_min)
+            out->gbs_min = gbs[p];
+        if (gbs[p] > out->gbs_max)
+            out->gbs_max = gbs[p];
+    }
+    out->gbs = bd_median(gbs, passes);
+    out->passes = passes;
+}
+
+/* ---- one configuration ------------------------------------------------------------------------
+ */
+
+typedef struct bd_row {
+    fa_dtype dtype;
+    long B, L;
+    double cache_bytes;
+    int skipped;
+    char why[160];
+    double ms, ms_min, ms_max, gbs, pct, err;
+    int in_llc;
+} bd_row;
+
+/* Batch 0, heads 0 and H-1 against fp64 over the whole cache: max |out - ref|. */
+static double bd_check(const void *q, const void *kc, const void *vc, const void *out, fa_dtype t,
+                       long L, int bhsd) {
+    const int heads[2] = {0, BD_H - 1};
+    const int g = BD_H / BD_HK;
+    const double scale = 1.0 / sqrt((double)BD_D);
+    double err = 0.0;
+    double *s = malloc(sizeof(double) * (size_t)L), acc[BD_D];
+    if (!s)
+        return NAN;
+    for (int k = 0; k < 2; k++) {
+        const int h = heads[k], hk = h / g;
+        double m = -INFINITY, l = 0.0;
+        for (long j = 0; j < L; j++) {
+            double dot = 0.0;
+            const size_t kb = bhsd ? ((size_t)hk * (size_t)L + (size_t)j) * BD_D
+                                   : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
+            for (int d = 0; d < BD_D; d++)
+                dot +=
+                    cli_load(q, t, (size_t)h * BD_D + (size_t)d) * cli_load(kc, t, kb + (size_t)d);
+            s[j] = dot * scale;
+            if (s[j] > m)
+                m = s[j];
+        }
+        for (int d = 0; d < BD_D; d++)
+            acc[d] = 0.0;
+        for (long j = 0; j < L; j++) {
+            const double p = exp(s[j] - m);
+            const size_t vb = bhsd ? ((size_t)hk * (size_t)L + (size_t)j) * BD_D
+                                   : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
+            l += p;
+            for (int d = 0; d < BD_D; d++)
+                acc[d] += p * cli_load(vc, t, vb + (size_t)d);
+        }
+        for (int d = 0; d < BD_D; d++) {
+            const double e = fabs(cli_load(out, t, (size_t)h * BD_D + (size_t)d) - acc[d] / l);
+            if (!(e <= err))
+                err = isnan(e) ? INFINITY : e > err ? e : err;
+        }
+    }
+    free(s);
+    return err;
+}
+
+static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double probe_gbs,
+                       double llc, bd_row *r) {
+    const size_t es = cli_dtype_size(r->dtype);
+    const size_t per_cache = (size_t)r->B * (size_t)r->L * BD_HK * BD_D * es;
+    r->cache_bytes = 2.0 * (double)per_cache;
+    r->in_llc = llc > 0 && r->cache_bytes <= llc;
+    const double avail = bd_avail_gib();
+    const double need_gib = r->cache_bytes / (1024.0 * 1024.0 * 1024.0);
+    if (avail >= 0 && need_gib + 0.5 > avail) {
+        r->skipped = 1;
+        snprintf(r->why, sizeof r->why, "skipped: K+V need %.1f GiB, %.1f GiB available", need_gib,
+                 avail);
+        return;
+    }
+    unsigned char *kc = bd_alloc(per_cache), *vc = bd_alloc(per_cache);
+    const size_t nq = (size_t)r->B * BD_H * BD_D;
+    void *q = cli_xmalloc(nq * es, "q"), *out = cli_xmalloc(nq * es, "out");
+    float *lse = cli_xmalloc(sizeof(float) * (size_t)r->B * BD_H, "lse");
+    if (!kc || !vc) {
+        free(kc);
+        free(vc);
+        free(q);
+        free(out);
+        free(lse);
+        r->skipped = 1;
+        snprintf(r->why, sizeof r->why, "skipped: cannot allocate %.1f GiB for K+V", need_gib);
+        return;
+    }
+    /* random values in [-1, 1): a 1 MiB block (+ 7·64 B so slices start at different offsets),
+     * repeated by the threads that first-touch their slices */
+    const size_t block = (size_t)1 << 20;
+    unsigned char *rnd = cli_xmalloc(block + 7 * 64, "random block");
+    cli_rng rng = {0x5eed0000u + (uint64_t)r->L * 131u + (uint64_t)r->B};
+    for (size_t i = 0; i < (block + 7 * 64) / es; i++)
+        cli_store(rnd, r->dtype, i, cli_rng_uniform(&rng));
+    bd_fill(kc, per_cache, rnd, block, threads);
+    for (size_t i = 0; i < (block + 7 * 64) / es; i++)
+        cli_store(rnd, r->dtype, i, cli_rng_uniform(&rng));
+    bd_fill(vc, per_cache, rnd, block, threads);
+    free(rnd);
+    for (size_t i = 0; i < nq; i++)
+        cli_store(q, r->dtype, i, 2.0f * cli_rng_uniform(&rng));
+
+    const int64_t qs[4] = {r->B, 1, BD_H, BD_D}, cs[4] = {r->B, r->L, BD_HK, BD_D},
+                  ls[3] = {r->B, BD_H, 1};
+    fa_tensor tq = fa_tensor_contiguous(q, r->dtype, 4, qs);
+    fa_tensor to = fa_tensor_contiguous(out, r->dtype, 4, qs);
+    fa_tensor tl = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, ls);
+    fa_kvcache kv;
+    fa_kvcache_init(&kv);
+    kv.k_cache = fa_tensor_contiguous(kc, r->dtype, 4, cs);
+    kv.v_cache = fa_tensor_contiguous(vc, r->dtype, 4, cs);
+    if (o->bhsd) /* same logical (B, L, Hk, D) view of head-major memory */
+        for (int t = 0; t < 2; t++) {
+            fa_tensor *c = t ? &kv.v_cache : &kv.k_cache;
+            c->stride[3] = 1;
+            c->stride[1] = BD_D;
+            c->stride[2] = (int64_t)r->L * BD_D;
+            c->stride[0] = (int64_t)BD_HK * r->L * BD_D;
+        }
+    kv.cache_seqlen = -1; /* the whole cache */
+
+    cli_poison(out, r->dtype, nq);
+    CLI_CHECK("fa_forward_kvcache", fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl));
+    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, o->bhsd);
+
+    double t[256];
+    const int runs = (int)o->runs;
+    for (int i = 0; i < runs; i++) {
+        const double t0 = cli_now();
+        fa_status st = fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl);
+        t[i] = cli_now() - t0;
+        if (st != FA_OK)
+            cli_die_status("fa_forward_kvcache", st);
+    }
+    r->ms_min = 1e300;
+    r->ms_max = 0.0;
+    for (int i = 0; i < runs; i++) {
+        r->ms_min = t[i] * 1e3 < r->ms_min ? t[i] * 1e3 : r->ms_min;
+        r->ms_max = t[i] * 1e3 > r->ms_max ? t[i] * 1e3 : r->ms_max;
+    }
+    r->ms = bd_median(t, runs) * 1e3;
+    r->gbs = r->cache_bytes / (r->ms * 1e-3) * 1e-9;
+    r->pct = 100.0 * r->gbs / probe_gbs;
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(lse);
+}
+
+/* ---- the command ------------------------------------------------------------------------------
+ */
+
+static void bd_usage(FILE *f) {
+    fprintf(f,
+            "usage: flashattn bench-decode [options]\n"
+            "\n"
+            "Decode-step attention (one query token per sequence) against a KV cache through\n"
+            "fa_forward_kvcache: H=32, Hk=8, D=128, whole cache attended, BSHD caches.\n"
+            "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V) and its\n"
+            "share of this machine's read bandwidth, measured in the same run by a multi-threaded\n"
+            "read probe over a buffer much larger than the last-level cache.\n"
+            "\n"
+            "options:\n"
+            "  --lens LIST      cache lengths (default 1024,4096,16384,65536,131072)\n"
+            "  --batches LIST   batch sizes (default 1,2,4,8)\n"
+            "  --dtypes LIST    cache dtypes: f32, f16, bf16 (default f32,f16)\n"
+            "  --runs N         timed calls per row after one checked warm-up call (default 7)\n"
+            "  --threads N      threads for the library and the probe (default: the library's\n"
+            "                   default, FA_NUM_THREADS or the online CPUs)\n"
+            "  --probe-mib N    size of the probe buffer in MiB (default 1024)\n"
+            "  --probe-passes N timed probe passes, median reported (default 7)\n"
+            "  --layout L       bshd (default: flash-attn's (B, L, Hk, D) memory order) or bhsd\n"
+            "                   (head-major (B, Hk, L, D) memory, the same logical view)\n"
+            "  -h, --help       this text\n"
+            "\n"
+            "Rows whose K+V do not fit in MemAvailable (less 0.5 GiB) are skipped and listed.\n");
+}
+
+static int bd_parse(int argc, char **argv, bd_options *o) {
+    memset(o, 0, sizeof *o);
+    o->nlens = bd_parse_list("1024,4096,16384,65536,131072", 1, 1L << 30, o->lens, BD_MAX_LIST);
+    o->nbatches = bd_parse_list("1,2,4,8", 1, 4096, o->batches, BD_MAX_LIST);
+    o->dtypes[0] = FA_DTYPE_F32;
+    o->dtypes[1] = FA_DTYPE_F16;
+    o->ndtypes = 2;
+    o->runs = 7;
+    o->probe_mib = 1024;
+    o->probe_passes = 7;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            bd_usage(stdout);
+            exit(0);
+        } else if (cli_opt_value(argc, argv, &i, "--lens", &v)) {
+            if ((o->nlens = bd_parse_list(v, 1, 1L << 30, o->lens, BD_MAX_LIST)) < 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--batches", &v)) {
+            if ((o->nbatches = bd_parse_list(v, 1, 4096, o->batches, BD_MAX_LIST)) < 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--dtypes", &v)) {
+            char buf[128];
+            if (!v || strlen(v) >= sizeof buf)
+                goto bad;
+            strcpy(buf, v);
+            o->ndtypes = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save))
+                if (o->ndtypes == 4 || cli_parse_dtype(tok, &o->dtypes[o->ndtypes++]) != 0)
+                    goto bad;
+            if (o->ndtypes == 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--runs", &v)) {
+            if (cli_parse_long(v, 1, 255, &o->runs) != 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--threads", &v)) {
+            if (cli_parse_long(v, 1, 1024, &o->threads) != 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--probe-mib", &v)) {
+            if (cli_parse_long(v, 1, 1L << 20, &o->probe_mib) != 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--layout", &v)) {
+            if (!v || (strcmp(v, "bshd") && strcmp(v, "bhsd")))
+                goto bad;
+            o->bhsd = !strcmp(v, "bhsd");
+        } else if (cli_opt_value(argc, argv, &i, "--probe-passes", &v)) {
+            if (cli_parse_long(v, 1, 63, &o->probe_passes) != 0)
+                goto bad;
+        } else {
+            fprintf(stderr, "flashattn bench-decode: unknown option '%s'\n\n", argv[i]);
+            bd_usage(stderr);
+            return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "flashattn bench-decode: bad value for %s\n\n", argv[i]);
+        bd_usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int cmd_bench_decode(int argc, char **argv) {
+    bd_options o;
+    int rc = bd_parse(argc, argv, &o);
+    if (rc)
+        return rc;
+
+    fa_context *ctx = NULL;
+    fa_context_options co;
+    fa_context_options_init(&co);
+    co.num_threads = (int32_t)o.threads;
+    CLI_CHECK("fa_context_create", fa_context_create(&co, &ctx));
+    const int threads = (int)fa_context_num_threads(ctx);
+
+    /* header */
+    char date[64], cpu[256], load0[128], load1[128], cmdline[1024];
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", &tmv);
+    bd_cpu_model(cpu, sizeof cpu);
+    bd_first_line("/proc/loadavg", load0, sizeof load0);
+    int m = snprintf(cmdline, sizeof cmdline, "flashattn bench-decode");
+    for (int i = 1; i < argc && m < (int)sizeof cmdline - 2; i++)
+        m += snprintf(cmdline + m, sizeof cmdline - (size_t)m, " %s", argv[i]);
+    struct utsname u;
+    char uts[256] = "";
+    if (uname(&u) == 0)
+        snprintf(uts, sizeof uts, "%s %s %s", u.sysname, u.release, u.machine);
+    const double llc = bd_llc_bytes();
+    printf("flashattn bench-decode: one query token against a KV cache (fa_forward_kvcache)\n");
+    printf("date:      %s\n", date);
+    printf("command:   %s\n", cmdline);
+    printf("machine:   %s, %ld CPUs online, %.1f GiB available; %s\n", cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), bd_avail_gib(), uts);
+    printf("llc:       %.0f MiB (as the OS reports it)\n", llc / (1024.0 * 1024.0));
+    printf("library:   %s\n", fa_build_info());
+    printf("threads:   %d (library context and probe)\n", threads);
+    printf("load:      %s (/proc/loadavg before)\n", load0);
+    printf("shape:     Sq=1, H=%d, Hk=%d, D=%d, %s caches, whole cache attended\n", BD_H, BD_HK,
+           BD_D, o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
+    printf("bytes:     2*B*L*Hk*D*esize (K and V once; q, out, lse not counted)\n");
+    printf("time:      median (min-max) of %ld calls after one warm-up call checked against fp64\n",
+           o.runs);
+    fflush(stdout);
+
+    /* the probe: allocated and first-touched like the caches */
+    const size_t pbytes = (size_t)o.probe_mib << 20;
+    unsigned char *pbuf = bd_alloc(pbytes);
+    if (!pbuf) {
+        fprintf(stderr, "flashattn: bench-decode: cannot allocate the %ld MiB probe buffer\n",
+                o.probe_mib);
+        fa_context_destroy(ctx);
+        return 1;
+    }
+    {
+        unsigned char *blk = cli_xmalloc(((size_t)1 << 20) + 7 * 64, "probe block");
+        for (size_t i = 0; i < ((size_t)1 << 20) + 7 * 64; i++)
+            blk[i] = (unsigned char)(i * 2654435761u >> 13);
+        bd_fill(pbuf, pbytes, blk, (size_t)1 << 20, threads);
+        free(blk);
+    }
+    bd_probe p0, p1;
+    bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p0);
+    printf("probe:     read %.1f GB/s (sum over %ld MiB, %d threads, median of %d passes: "
+           "%.1f-%.1f); %%probe below is against this\n",
+           p0.gbs, o.probe_mib, threads, p0.passes, p0.gbs_min, p0.gbs_max);
+    printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s | %8s %s\n", "dtype", "B", "L", "K+V MiB",
+           "median ms", "(min-max)", "GB/s", "%probe", "err", "note");
+    fflush(stdout);
+
+    int bad = 0, nskipped = 0;
+    for (int di = 0; di < o.ndtypes; di++)
+        for (int li = 0; li < o.nlens; li++)
+            for (int bi = 0; bi < o.nbatches; bi++) {
+                bd_row r;
+                memset(&r, 0, sizeof r);
+                r.dtype = o.dtypes[di];
+                r.L = o.lens[li];
+                r.B = o.batches[bi];
+                bd_run_row(&o, ctx, threads, p0.gbs, llc, &r);
+                if (r.skipped) {
+                    nskipped++;
+                    printf("%-5s %3ld %7ld %10.1f | %s\n", cli_dtype_name(r.dtype), r.B, r.L,
+                           r.cache_bytes / 1048576.0, r.why);
+                    fflush(stdout);
+                    continue;
+                }
+                const double tol = r.dtype == FA_DTYPE_F32 ? 1e-4 : 2e-2;
+                const int ok = r.err <= tol;
+                bad += !ok;
+                char mm[64];
+                snprintf(mm, sizeof mm, "(%.3f-%.3f)", r.ms_min, r.ms_max);
+                printf("%-5s %3ld %7ld %10.1f | %10.3f %21s | %7.1f %6.1f%% | %8.1e %s%s\n",
+                       cli_dtype_name(r.dtype), r.B, r.L, r.cache_bytes / 1048576.0, r.ms, mm,
+                       r.gbs, r.pct, r.err, r.in_llc ? "fits in LLC" : "",
+                       ok ? "" : " CHECK FAILED (out vs fp64)");
+                fflush(stdout);
+            }
+
+    bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p1);
+    bd_first_line("/proc/loadavg", load1, sizeof load1);
+    printf("\nprobe again after the grid: %.1f GB/s (%.1f-%.1f); before: %.1f\n", p1.gbs,
+           p1.gbs_min, p1.gbs_max, p0.gbs);
+    printf("load after: %s\n", load1);
+    if (nskipped)
+        printf("%d configuration%s skipped for memory (see above)\n", nskipped,
+               nskipped == 1 ? "" : "s");
+    if (bd_sink == 42)
+        printf(" \n"); /* never: keeps the probe's sums observable */
+    free(pbuf);
+    fa_context_destroy(ctx);
+    if (bad) {
+        fprintf(stderr, "flashattn: bench-decode: %d row%s failed the fp64 check\n", bad,
+                bad == 1 ? "" : "s");
+        return 1;
+    }
+    return 0;
+}
