@@ -106,7 +106,10 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
 
     /* bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
-    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
+    /* Few rows (decode): products straight from the K/V rows, no packing; the cache is read
+     * once and the work per key is small, so packing would cost more than it saves. */
+    const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
+    const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
     for (int64_t r = 0; r < t->nh * R; r++) {
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
@@ -123,10 +126,22 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+        if (rows && j0 + FA_BC < j_hi) { /* decode: the next block loads while this one runs */
+            const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC;
+            fa__prefetch_rows(&p->k, b, rk + j0 + FA_BC, nn, t->hk0, t->nh, D);
+            fa__prefetch_rows(&p->v, b, rk + j0 + FA_BC, nn, t->hk0, t->nh, D);
+        }
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
-            if (bf16) {
+            const void *krow[FA_BC], *vrow[FA_BC];
+            if (rows) {
+                for (int64_t j = 0; j < n; j++) {
+                    krow[j] = fa__elem(&p->k, b, rk + j0 + j, hk);
+                    vrow[j] = fa__elem(&p->v, b, rk + j0 + j, hk);
+                }
+                kern->qk_rows((int)R, (int)n, (int)D, t->Q + base * ldq, D, krow, p->k.dtype, S, FA_BC);
+            } else if (bf16) {
                 fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
                 kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q + base * ldq, D2,
@@ -149,7 +164,9 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
                 if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
             }
-            if (bf16)
+            if (rows)
+                kern->pv_rows((int)R, (int)n, (int)D, S, FA_BC, vrow, p->v.dtype, t->alpha, O, D);
+            else if (bf16)
                 kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
                               (const uint32_t *)t->Vpack, D, t->alpha, O, D);
             else

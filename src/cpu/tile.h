@@ -55,6 +55,12 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
                           int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
                           float *pack, float *tmp);
 
+/* Asks for rows row0..row0+n of heads hk0..hk0+nh (unit-stride rows of D elements) to be
+ * loaded into cache: decode reads each cache row once, in pieces a token apart, which the
+ * hardware prefetchers do not follow across pages. */
+void fa__prefetch_rows(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t hk0,
+                       int64_t nh, int64_t D);
+
 /* bf16 operands for the vdpbf16ps products (kernels.h): pairs along the reduction dimension.
  * copy_bf16_row: n bf16 of a row (stride `stride`) into dst, plus a zero when n is odd.
  * pack_k_bf16: keys row0..row0+n of head hk as [ceil(D/2), n] pairs (ld FA_BC); tmp holds

@@ -17,6 +17,20 @@
  * -inf (fully masked row) must match exactly, as must out = 0 and lse = -inf on varlen rows that
  * belong to no sequence.
  *
+ * Backward: for a few cases (classic, causal GQA, dropout with the mask from fa_dropout_mask)
+ * it runs fa_forward and then fa_backward on that out and lse with a random dout, and compares
+ * dq, dk and dv with the fp64 reference backward (tests/reference/attention_ref_backward.h)
+ * computed from the same rounded inputs (and the same dropout mask). Tolerances, per gradient
+ * (max abs error; R = max|ref| of that gradient), as in the C tests (tests/backward_check.h):
+ *   fp32       1e-5 * R + 4 * 2^-24 * (max of the reference's sum of |terms| per element), the
+ *              second term being fp32 accumulation error where the gradient cancels
+ *   fp16/bf16  2 * the error of a naive backward computed in that precision (the reference with
+ *              every intermediate rounded to the dtype) + one ulp of the dtype at R + what
+ *              storing out in the dtype moves the exact gradient by (the backward is handed
+ *              that out and computes rowsum(dout * out) from it; no backward can undo it)
+ * Gradients are poisoned with NaN before the call, so an element the library does not write
+ * fails.
+ *
  * Exit status: 0 if every case passes, 1 if any fails or the library reports an error, 2 on bad
  * usage.
  */
@@ -28,6 +42,7 @@
 #include <string.h>
 
 #include "attention_ref.h"
+#include "attention_ref_backward.h"
 #include "cli.h"
 #include "flashattn.h"
 
@@ -305,6 +320,197 @@ static void describe(const vcase *c, char *buf, size_t n) {
     }
 }
 
+/* ---- backward ------------------------------------------------------------------------------- */
+
+typedef struct bcase {
+    const char *name;
+    fa_dtype dtype;
+    int64_t B, H, Hk, D, Sq, Sk;
+    int causal;
+    float dropout_p;
+} bcase;
+
+/* clang-format off */
+static const bcase bcases[] = {
+    /* name           dtype          B  H Hk  D  Sq  Sk causal dropout */
+    {"classic",       FA_DTYPE_F32,  2, 8, 8, 64, 32, 32, 0, 0.0f},
+    {"classic",       FA_DTYPE_F16,  2, 8, 8, 64, 32, 32, 0, 0.0f},
+    {"classic",       FA_DTYPE_BF16, 2, 8, 8, 64, 32, 32, 0, 0.0f},
+    {"causal gqa",    FA_DTYPE_F16,  2, 8, 2, 64, 32, 32, 1, 0.0f},
+    {"dropout 0.1",   FA_DTYPE_F32,  2, 8, 8, 64, 32, 32, 0, 0.1f},
+    {"dropout causal", FA_DTYPE_F16, 2, 8, 2, 64, 24, 40, 1, 0.1f},
+};
+/* clang-format on */
+
+#define NUM_BCASES (sizeof bcases / sizeof bcases[0])
+
+typedef struct bverdict {
+    double err[3], tol[3]; /* dq, dk, dv: max abs error (INFINITY for NaN) and its tolerance */
+} bverdict;
+
+/* x rounded to nearest even in a binary format with p significand bits, minimum normal
+ * exponent emin and largest finite value maxval (the naive low-precision backward's roundings). */
+static double round_fmt(double x, int p, int emin, double maxval) {
+    int e;
+    double ulp, r;
+    if (x == 0.0 || !isfinite(x))
+        return x;
+    frexp(x, &e);
+    e = e - 1 < emin ? emin : e - 1;
+    ulp = ldexp(1.0, e - (p - 1));
+    r = nearbyint(x / ulp) * ulp;
+    return fabs(r) > maxval ? copysign(INFINITY, x) : r;
+}
+
+static double round_f16(double x) { return round_fmt(x, 11, -14, 65504.0); }
+static double round_bf16(double x) { return round_fmt(x, 8, -126, 0x1.FEp127); }
+
+/* The dtype's spacing at |x| (at 1 for x = 0). */
+static double dtype_ulp(fa_dtype t, double x) {
+    int p = t == FA_DTYPE_F16 ? 11 : t == FA_DTYPE_BF16 ? 8 : 24, e;
+    int emin = t == FA_DTYPE_F16 ? -14 : -126;
+    frexp(x == 0.0 ? 1.0 : fabs(x), &e);
+    e = e - 1 < emin ? emin : e - 1;
+    return ldexp(1.0, e - (p - 1));
+}
+
+static bverdict run_backward(fa_context *ctx, const bcase *c, cli_rng *rng) {
+    const fa_dtype t = c->dtype;
+    const size_t nq = (size_t)(c->B * c->Sq * c->H * c->D);
+    const size_t nk = (size_t)(c->B * c->Sk * c->Hk * c->D);
+    const size_t nl = (size_t)(c->B * c->H * c->Sq);
+    const size_t nm = (size_t)(c->B * c->H * c->Sq * c->Sk);
+    int64_t qshape[4] = {c->B, c->Sq, c->H, c->D};
+    int64_t kshape[4] = {c->B, c->Sk, c->Hk, c->D};
+    int64_t lshape[3] = {c->B, c->H, c->Sq};
+    int64_t mshape[4] = {c->B, c->H, c->Sq, c->Sk};
+    double *qd, *kd, *vd, *dod, *outd, *ref[3], *bnd[3], *naive[3], *given[3];
+    void *q, *k, *v, *dout, *out, *grad[3];
+    float *lse;
+    uint8_t *mask = NULL;
+    fa_tensor tq, tk, tv, tdo, tout, tlse, tg[3];
+    fa_params params;
+    ref_problem p;
+    bverdict r;
+    size_t n[3], i;
+    int g;
+
+    q = random_tensor(rng, t, nq, &qd, "q");
+    k = random_tensor(rng, t, nk, &kd, "k");
+    v = random_tensor(rng, t, nk, &vd, "v");
+    dout = random_tensor(rng, t, nq, &dod, "dout");
+    out = cli_xmalloc(nq * cli_dtype_size(t), "out");
+    lse = cli_xmalloc(nl * sizeof(float), "lse");
+    cli_poison(out, t, nq);
+    cli_poison(lse, FA_DTYPE_F32, nl);
+    n[0] = nq;
+    n[1] = n[2] = nk;
+    for (g = 0; g < 3; g++) {
+        grad[g] = cli_xmalloc(n[g] * cli_dtype_size(t), "gradient");
+        cli_poison(grad[g], t, n[g]);
+        ref[g] = cli_xmalloc(n[g] * sizeof(double), "reference gradient");
+        bnd[g] = cli_xmalloc(n[g] * sizeof(double), "reference bound");
+        naive[g] = cli_xmalloc(n[g] * sizeof(double), "naive gradient");
+        given[g] = cli_xmalloc(n[g] * sizeof(double), "reference gradient");
+    }
+
+    tq = fa_tensor_contiguous(q, t, 4, qshape);
+    tk = fa_tensor_contiguous(k, t, 4, kshape);
+    tv = fa_tensor_contiguous(v, t, 4, kshape);
+    tdo = fa_tensor_contiguous(dout, t, 4, qshape);
+    tout = fa_tensor_contiguous(out, t, 4, qshape);
+    tlse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
+    tg[0] = fa_tensor_contiguous(grad[0], t, 4, qshape);
+    tg[1] = fa_tensor_contiguous(grad[1], t, 4, kshape);
+    tg[2] = fa_tensor_contiguous(grad[2], t, 4, kshape);
+    fa_params_init(&params);
+    params.causal = c->causal;
+    params.dropout_p = c->dropout_p;
+    params.dropout_seed = cli_rng_next(rng);
+    params.dropout_offset = cli_rng_next(rng);
+    CLI_CHECK("fa_forward", fa_forward(ctx, &params, &tq, &tk, &tv, &tout, &tlse));
+    CLI_CHECK("fa_backward",
+              fa_backward(ctx, &params, &tq, &tk, &tv, &tout, &tdo, &tlse, &tg[0], &tg[1], &tg[2]));
+
+    memset(&p, 0, sizeof p);
+    p.B = c->B;
+    p.Sq = c->Sq;
+    p.Sk = c->Sk;
+    p.H = c->H;
+    p.Hk = c->Hk;
+    p.D = c->D;
+    p.scale = 1.0 / sqrt((double)c->D);
+    p.causal = c->causal;
+    p.window_left = p.window_right = -1;
+    if (c->dropout_p > 0.0f) {
+        fa_tensor tm;
+        mask = cli_xmalloc(nm, "dropout mask");
+        tm = fa_tensor_contiguous(mask, FA_DTYPE_U8, 4, mshape);
+        CLI_CHECK("fa_dropout_mask", fa_dropout_mask(&params, &tm));
+        p.dropout_mask = mask;
+        p.dropout_p = (double)c->dropout_p;
+    }
+    ref_attention_backward(&p, qd, kd, vd, dod, NULL, NULL, ref[0], ref[1], ref[2]);
+    ref_attention_backward_bound(&p, qd, kd, vd, dod, bnd[0], bnd[1], bnd[2]);
+    if (t != FA_DTYPE_F32)
+        ref_attention_backward_rounded(&p, qd, kd, vd, dod, NULL, NULL, naive[0], naive[1],
+                                       naive[2], t == FA_DTYPE_F16 ? round_f16 : round_bf16);
+    /* the exact gradient with Δ = rowsum(dout * out) from the out the forward stored */
+    outd = cli_xmalloc(nq * sizeof(double), "out");
+    for (i = 0; i < nq; i++)
+        outd[i] = cli_load(out, t, i);
+    ref_attention_backward_given_out(&p, qd, kd, vd, outd, dod, given[0], given[1], given[2]);
+
+    for (g = 0; g < 3; g++) {
+        double maxref = 0.0, maxbnd = 0.0, nerr = 0.0, eout = 0.0, maxgiven = 0.0;
+        r.err[g] = 0.0;
+        for (i = 0; i < n[g]; i++) {
+            note(&r.err[g], abs_err(cli_load(grad[g], t, i), ref[g][i]));
+            note(&maxref, fabs(ref[g][i]));
+            note(&maxbnd, bnd[g][i]);
+            note(&eout, fabs(given[g][i] - ref[g][i]));
+            note(&maxgiven, fabs(given[g][i]));
+            if (t != FA_DTYPE_F32)
+                note(&nerr, fabs(naive[g][i] - ref[g][i]));
+        }
+        r.tol[g] = t == FA_DTYPE_F32
+                       ? 1e-5 * maxref + 4.0 * 0x1.0p-24 * maxbnd
+                       : 2.0 * nerr + dtype_ulp(t, maxref > maxgiven ? maxref : maxgiven) + eout;
+    }
+
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(out);
+    free(lse);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(dod);
+    free(mask);
+    free(outd);
+    for (g = 0; g < 3; g++) {
+        free(grad[g]);
+        free(ref[g]);
+        free(bnd[g]);
+        free(naive[g]);
+        free(given[g]);
+    }
+    return r;
+}
+
+static void describe_bcase(const bcase *c, char *buf, size_t n) {
+    snprintf(buf, n, "B=%lld Sq=%lld Sk=%lld H=%lld Hk=%lld D=%lld", (long long)c->B,
+             (long long)c->Sq, (long long)c->Sk, (long long)c->H, (long long)c->Hk,
+             (long long)c->D);
+}
+
+static void print_backward_header(void) {
+    printf("  %-14s %-51s %-5s %9s %9s %9s %9s %9s %9s  %s\n", "case", "shape", "dtype", "err dq",
+           "err dk", "err dv", "tol dq", "tol dk", "tol dv", "verdict");
+}
+
 static void print_table_header(void) {
     printf("  %-14s %-51s %-5s %9s %9s %9s %9s  %s\n", "case", "shape", "dtype", "err out",
            "err lse", "tol out", "tol lse", "verdict");
@@ -328,7 +534,7 @@ int cmd_verify(int argc, char **argv) {
     fa_context *ctx = NULL;
     cli_rng rng;
     size_t ci, failed = 0;
-    int i;
+    int i, bheader_printed = 0;
 
     for (i = 1; i < argc; i++) {
         const char *val = NULL;
@@ -398,15 +604,45 @@ int cmd_verify(int argc, char **argv) {
                    pass ? "PASS" : "FAIL");
         }
     }
+    if (!quiet) {
+        printf("\nbackward on cpu: fa_forward, then fa_backward with a random dout; dq, dk, dv vs "
+               "the fp64 reference backward\n");
+        printf("tolerance (max abs error per gradient, R = its max|ref|): fp32 1e-5*R + "
+               "4*2^-24*(max sum of |terms|); fp16/bf16 2*(naive low-precision backward's "
+               "error) + ulp(R) + (effect of out's rounding)\n");
+        print_backward_header();
+    }
+    for (ci = 0; ci < NUM_BCASES; ci++) {
+        const bcase *c = &bcases[ci];
+        char shape[128];
+        int pass, g;
+        bverdict r = run_backward(ctx, c, &rng);
+        pass = 1;
+        for (g = 0; g < 3; g++)
+            pass &= r.err[g] <= r.tol[g]; /* false for NaN/inf errors */
+        if (!pass)
+            failed++;
+        if (quiet && !pass && !bheader_printed) {
+            print_backward_header();
+            bheader_printed = 1;
+        }
+        if (!quiet || !pass) {
+            describe_bcase(c, shape, sizeof shape);
+            printf("  %-14s %-51s %-5s %9.2e %9.2e %9.2e %9.1e %9.1e %9.1e  %s\n", c->name, shape,
+                   cli_dtype_name(c->dtype), r.err[0], r.err[1], r.err[2], r.tol[0], r.tol[1],
+                   r.tol[2], pass ? "PASS" : "FAIL");
+        }
+    }
     if (!quiet)
         printf("\nbackend cuda: skipped (the CUDA plug-in is not built in this release)\n");
 
     if (failed)
         printf("verify: FAIL, %zu of %zu cases failed on cpu (seed 0x%016llx); cuda skipped\n",
-               failed, (size_t)NUM_CASES, seed);
+               failed, (size_t)(NUM_CASES + NUM_BCASES), seed);
     else
-        printf("verify: PASS, %zu of %zu cases passed on cpu; cuda skipped (not built)\n",
-               (size_t)NUM_CASES, (size_t)NUM_CASES);
+        printf("verify: PASS, %zu of %zu cases passed on cpu (forward and backward); cuda skipped "
+               "(not built)\n",
+               (size_t)(NUM_CASES + NUM_BCASES), (size_t)(NUM_CASES + NUM_BCASES));
 
     fa_context_destroy(ctx);
     return failed ? 1 : 0;

@@ -26,6 +26,16 @@ typedef struct fa__cpu_kernels {
     /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
     void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
 
+    /* Decode products on K/V rows read in place (no packing), for m <= 16 query rows; NULL
+     * where a set has none (the packed products above serve then). Rows are given by pointers
+     * (any dtype: f32, f16, bf16, converted in registers), so paged caches need no copy.
+     *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
+     *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo). */
+    void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
+                    int32_t dtype, float *s, int64_t lds);
+    void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
+                    int32_t dtype, const float *alpha, float *o, int64_t ldo);
+
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);
 

@@ -127,6 +127,107 @@ static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, fl
     }
 }
 
+/* 16 elements of a row of any dtype from element c on (fewer than 16 left: zero-filled). */
+static inline __m512 load16(const void *row, int32_t dtype, int c, int left) {
+    if (dtype == FA_DTYPE_F32) return _mm512_maskz_loadu_ps(tail_mask(left), (const float *)row + c);
+    __m256i h;
+    if (left >= 16) {
+        h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
+    } else { /* never read past the row */
+        uint16_t part[16] = {0};
+        for (int i = 0; i < left; i++) part[i] = ((const uint16_t *)row)[c + i];
+        h = _mm256_loadu_si256((const __m256i *)part);
+    }
+    return dtype == FA_DTYPE_F16 ? _mm512_cvtph_ps(h)
+                                 : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The 16 sums of v[0..16): lane k of the result is the sum of v[k]'s lanes. */
+static inline __m512 sum16(__m512 v[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* pairs interleaved, halved within 128-bit lanes */
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) /* lane L: partial sums of v[4i..4i+3] */
+        b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 2; i++) /* across 128-bit lanes */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
+/* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction. DT is a
+ * compile-time dtype in each caller, so the conversion is chosen outside the loops. */
+static inline void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq,
+                              const void *const *k, const int32_t DT, float *s, int64_t lds) {
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int j0 = 0; j0 < n; j0 += 4) {
+            __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
+            for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+            const void *kr[4];
+            for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
+            for (int c = 0; c < d; c += 16) {
+                __m512 kv[4], qv[4];
+                for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
+                for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
+                    qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c),
+                                                   q + (i0 + (i0 + ii < m ? ii : 0)) * ldq + c);
+                for (int ii = 0; ii < 4; ii++)
+                    for (int jj = 0; jj < 4; jj++)
+                        acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
+            }
+            float out[16];
+            _mm512_storeu_ps(out, sum16(acc));
+            for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
+                for (int jj = 0; jj < 4 && j0 + jj < n; jj++)
+                    s[(i0 + ii) * lds + j0 + jj] = out[4 * ii + jj];
+        }
+}
+
+static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
+                           const void *const *k, int32_t dtype, float *s, int64_t lds) {
+    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds);
+    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds);
+    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds);
+}
+
+/* Groups of 4 rows x 16 columns of d in 4 accumulators, summed over the keys, then
+ * alpha O + sum. */
+static inline void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
+                              const void *const *v, const int32_t DT, const float *alpha, float *o,
+                              int64_t ldo) {
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        const int rows = m - i0 < 4 ? m - i0 : 4;
+        for (int c = 0; c < d; c += 16) {
+            const __mmask16 kd = tail_mask(d - c);
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                             _mm512_setzero_ps()};
+            for (int j = 0; j < n; j++) {
+                const __m512 vj = load16(v[j], DT, c, d - c); // V[j, c:c+16]
+                for (int ii = 0; ii < 4; ii++) /* rows past m reuse row i0: not stored */
+                    acc[ii] = _mm512_fmadd_ps(
+                        _mm512_set1_ps(p[(i0 + (ii < rows ? ii : 0)) * ldp + j]), vj, acc[ii]);
+            }
+            for (int ii = 0; ii < rows; ii++) {
+                float *oi = o + (i0 + ii) * ldo + c;
+                const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
+                _mm512_mask_storeu_ps(oi, kd,
+                                      _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[ii]));
+            }
+        }
+    }
+}
+
+static void pv_rows_avx512(int m, int n, int d, const float *p, int64_t ldp,
+                           const void *const *v, int32_t dtype, const float *alpha, float *o,
+                           int64_t ldo) {
+    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo);
+    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo);
+    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo);
+}
+
 /* 16 x 16 blocks through unpack, shuffle and 128-bit lane shuffles; rows past n load as zeros,
  * columns past d and n are not stored. */
 static void transpose_avx512(int n, int d, const float *src, int64_t lds, float *dst,
@@ -202,6 +303,8 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .qk = qk_avx512,
     .pv = pv_avx512,
     .to_f32 = to_f32_avx512,
+    .qk_rows = qk_rows_avx512,
+    .pv_rows = pv_rows_avx512,
     .transpose = transpose_avx512,
     .row_max = row_max_avx512,
     .exp2_sum = exp2_sum_avx512,
