@@ -146,6 +146,9 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
         if (bt->shape[0] != B)
             return fa__error(FA_ERR_SHAPE, "kv.block_table: shape[0] is %lld; expected B = %lld",
                              (long long)bt->shape[0], (long long)B);
+        if (bt->shape[1] > 1 && bt->stride[1] != 1)
+            return fa__error(FA_ERR_STRIDE, "kv.block_table: stride[1] is %lld; expected 1 (pages "
+                             "of a row are contiguous)", (long long)bt->stride[1]);
         if (kv->k_cache.shape[1] < 1)
             return fa__error(FA_ERR_SHAPE, "kv.k_cache: page_size (shape[1]) is 0; expected >= 1");
         c->capacity = bt->shape[1] * kv->k_cache.shape[1];
@@ -192,10 +195,15 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
         if (len < 0)
             return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] is %lld; expected >= 0",
                              (long long)b, (long long)len);
-        if (end > c->capacity)
+        if (end > c->capacity) {
+            if (!given(&kv->cache_seqlens))
+                return fa__error(FA_ERR_VALUE, "kv.cache_seqlen + S_new = %lld + %lld exceeds the "
+                                 "cache's %lld positions", (long long)len, (long long)c->S_new,
+                                 (long long)c->capacity);
             return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] + S_new = %lld + %lld exceeds the "
                              "cache's %lld positions", (long long)b, (long long)len,
                              (long long)c->S_new, (long long)c->capacity);
+        }
         const int64_t pad = c->leftpad ? c->leftpad[b] : 0;
         if (pad < 0 || pad > len)
             return fa__error(FA_ERR_VALUE, "kv.cache_leftpad[%lld] is %lld; expected 0..cache_seqlens "
@@ -280,7 +288,6 @@ static fa__view cache_view(const fa_tensor *t, const kvcall *c, const fa_kvcache
         v.block_table = kv->block_table.data;
         v.bt_stride = kv->block_table.stride[0];
         v.page = t->shape[1];
-        /* page entries are read with unit stride along a row */
     }
     return v;
 }
@@ -297,9 +304,6 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
         return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
                          kv->num_splits, FA_MAX_SPLITS);
     if ((st = check_tensors(c, q, kv, out)) || (st = check_indices(c, kv))) return st;
-    if (c->paged && kv->block_table.stride[1] != 1)
-        return fa__error(FA_ERR_STRIDE, "kv.block_table: stride[1] is %lld; expected 1 (pages of "
-                         "a row are contiguous)", (long long)kv->block_table.stride[1]);
 
     p->B = c->B;
     p->Sq = c->Sq;

@@ -119,9 +119,8 @@ static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, fl
                 for (int i = 0; i < n - t; i++) part[i] = ((const uint16_t *)src)[t + i];
                 h = _mm256_loadu_si256((const __m256i *)part);
             }
-            x = dtype == FA_DTYPE_F16
-                    ? _mm512_cvtph_ps(h)
-                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            if (dtype == FA_DTYPE_F16) x = _mm512_cvtph_ps(h);
+            else x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
         _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(s, x));
     }
