@@ -45,7 +45,7 @@ format:
 	clang-format -i $(C_SOURCES)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-aarch64
 
 # ---------------------------------------------------------------------------------------------
 # Python package (python/, pyproject.toml). A virtual environment in $(VENV) holds what the
@@ -108,7 +108,8 @@ FUZZ_TOOL     = tools/flashattn
 fuzz-build:
 	@mkdir -p $(FUZZ_BUILD)/seeds-elf
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_explain.c $(FUZZ_TOOL)/logclass.c \
-	    $(FUZZ_TOOL)/logread.c $(FUZZ_TOOL)/demangle.c $(FUZZ_TOOL)/json.c -o $(FUZZ_BUILD)/fuzz_explain
+	    $(FUZZ_TOOL)/logread.c $(FUZZ_TOOL)/demangle.c $(FUZZ_TOOL)/json.c \
+	    $(FUZZ_TOOL)/releases.c $(FUZZ_TOOL)/envutil.c -o $(FUZZ_BUILD)/fuzz_explain
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elfread.c -o $(FUZZ_BUILD)/fuzz_elf
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_demangle.c $(FUZZ_TOOL)/demangle.c \
 	    -o $(FUZZ_BUILD)/fuzz_demangle
@@ -123,3 +124,15 @@ fuzz: fuzz-build
 	    -print_final_stats=1 corpus-elf seeds-elf
 	cd $(FUZZ_BUILD) && ./fuzz_demangle -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
 	    -print_final_stats=1 corpus-demangle $(CURDIR)/tests/fuzz/corpus/demangle
+
+# ---------------------------------------------------------------------------------------------
+# AArch64: cross-build with Debian's gcc-aarch64-linux-gnu and run the C tests under qemu-user,
+# NEON kernels in use (scripts/test-aarch64.sh says which packages; FULL=1 adds the FA_CPU_ISA
+# ref and neon reruns, about 2.5x the time).
+# ---------------------------------------------------------------------------------------------
+AARCH64_BUILD ?= build-aarch64
+
+.PHONY: test-aarch64
+
+test-aarch64:
+	JOBS=$(JOBS) scripts/test-aarch64.sh $(AARCH64_BUILD)

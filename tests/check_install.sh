@@ -35,7 +35,7 @@ sed 's/^/   /' "$work/install.log"
 
 # The installed command must find the installed library through its RPATH ($ORIGIN/../lib).
 if [ -x "$prefix/bin/flashattn" ]; then
-    ldd "$prefix/bin/flashattn" | grep -q "=> $prefix/.*libflashattn" || {
+    ldd "$prefix/bin/flashattn" | grep "=> $prefix/.*libflashattn" >/dev/null || { # not grep -q: SIGPIPE under pipefail
         ldd "$prefix/bin/flashattn"
         echo "FAIL: the installed flashattn command does not load the installed libflashattn"
         exit 1

@@ -41,7 +41,7 @@ typedef struct fcfg {
     uint64_t dropout_seed, dropout_offset;
 } fcfg;
 
-static tu_errstats g_stats[3]; /* per dtype */
+static tu_errstats g_stats[8]; /* per dtype (indexed by fa_dtype; room to spare) */
 
 static fcfg base_cfg(int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t Hk, int64_t D) {
     fcfg c;

@@ -38,7 +38,7 @@ typedef struct vcfg {
     float dropout_p;   /* > 0: dropout; sequence b's mask is mask[b, :, :Sq_b, :Sk_b] */
 } vcfg;
 
-static tu_errstats g_stats[3];
+static tu_errstats g_stats[8]; /* per dtype (indexed by fa_dtype; room to spare) */
 static const int k_dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
 
 static double *dalloc(int64_t n) {

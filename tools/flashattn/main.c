@@ -25,7 +25,12 @@ typedef struct cli_command {
 static const cli_command commands[] = {
     {"verify", cmd_verify, "check every backend against the fp64 reference (exit 0 = all pass)"},
     {"demo", cmd_demo, "one long-sequence forward: time, GFLOP/s, memory vs naive attention"},
+    {"bench", cmd_bench, "flash vs naive attention over a grid: time, GFLOP/s, % of peak, memory"},
+    {"bench-decode", cmd_bench_decode, "decode step against a KV cache: time, GB/s, % of read bandwidth"},
     {"info", cmd_info, "version, build, threads and CUDA plug-in status"},
+    {"doctor", cmd_doctor, "check this machine for flash-attn: driver, CUDA, gcc, torch, C++ ABI"},
+    {"wheel", cmd_wheel, "name the flash-attn wheel for this machine, check one, or a build script"},
+    {"explain", cmd_explain, "find the first real error in a flash-attn build log and its fix"},
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])

@@ -1,0 +1,155 @@
+#!/bin/sh
+# test_elf.sh FLASHATTN — `flashattn doctor --so` on small shared objects built here with g++:
+# a stand-in "libc10.so" and extension modules compiled with -D_GLIBCXX_USE_CXX11_ABI=0 and =1,
+# so the reader must see which ABI each uses and which undefined symbols the library does not
+# define (demangled), in both directions, plus a torch-version mismatch (same ABI, another
+# signature). Then the demangler against c++filt on every symbol of these objects and of the
+# system libstdc++, and malformed files (truncated copies, garbage, empty, a directory).
+# Exits 77 (skipped) without a C++ compiler.
+set -u
+FA=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT INT TERM
+CXX=$(command -v g++ || command -v c++ || true)
+if [ -z "$CXX" ] || ! echo 'int main(){}' | "$CXX" -x c++ - -o "$TMP/probe" 2> /dev/null; then
+    echo "SKIP: no working C++ compiler (install g++)"
+    exit 77
+fi
+fail=0
+pass=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL [$scenario]: $*"; fail=$((fail + 1)); }
+has() { grep -qF -- "$1" "$out" && ok || { bad "missing: $1"; sed 's/^/    /' "$out" | head -30; }; }
+
+cat > "$TMP/c10.cpp" <<'EOF'
+#include <string>
+namespace c10 {
+struct SourceLocation { const char *function, *file; unsigned line; };
+struct Error { Error(SourceLocation, std::string); std::string msg; };
+Error::Error(SourceLocation, std::string m) : msg(m) {}
+namespace detail {
+void torchCheckFail(const char *, const char *, unsigned, const std::string &) {}
+}
+namespace cuda { void SetDevice(int) {} }
+}
+EOF
+cat > "$TMP/ext.cpp" <<'EOF'
+#include <string>
+namespace c10 {
+struct SourceLocation { const char *function, *file; unsigned line; };
+struct Error { Error(SourceLocation, std::string); std::string msg; };
+namespace detail {
+void torchCheckFail(const char *, const char *, unsigned, const std::string &);
+}
+namespace cuda { void SetDevice(int); }
+}
+extern "C" void ext_entry() {
+    c10::detail::torchCheckFail("f", "file", 1, std::string("x"));
+    c10::Error e(c10::SourceLocation{"f", "file", 1}, std::string("y"));
+    c10::cuda::SetDevice(0);
+}
+EOF
+# the same extension compiled for a newer torch: SetDevice takes a DeviceIndex (signed char)
+sed 's/void SetDevice(int)/void SetDevice(signed char)/' "$TMP/ext.cpp" > "$TMP/ext_new.cpp"
+
+mkdir -p "$TMP/torch0" "$TMP/torch1"
+"$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=0 -o "$TMP/torch0/libc10.so" "$TMP/c10.cpp" &&
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/torch1/libc10.so" "$TMP/c10.cpp" &&
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=0 -o "$TMP/ext_abi0.so" "$TMP/ext.cpp" -L"$TMP/torch0" -lc10 &&
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_abi1.so" "$TMP/ext.cpp" -L"$TMP/torch1" -lc10 &&
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_new.so" "$TMP/ext_new.cpp" -L"$TMP/torch1" -lc10 ||
+    { echo "FAIL: cannot build the test objects"; exit 1; }
+
+so() { # NAME MODULE LIBDIR [--json]
+    scenario=$1
+    out=$TMP/$1.out
+    "$FA" doctor --so "$2" --lib-dir "$3" ${4:-} > "$out" 2>&1
+    rc=$?
+}
+
+so abi1-on-abi1 "$TMP/ext_abi1.so" "$TMP/torch1"
+[ $rc -eq 0 ] && ok || bad "exit $rc"
+has "C++ ABI:  _GLIBCXX_USE_CXX11_ABI=1"
+has "built with _GLIBCXX_USE_CXX11_ABI=1"
+has "libc10.so                    $TMP/torch1/libc10.so"
+has "[✓] every undefined symbol resolves"
+
+so abi0-on-abi0 "$TMP/ext_abi0.so" "$TMP/torch0"
+[ $rc -eq 0 ] && ok || bad "exit $rc"
+has "C++ ABI:  _GLIBCXX_USE_CXX11_ABI=0"
+
+so abi1-on-abi0 "$TMP/ext_abi1.so" "$TMP/torch0"
+[ $rc -eq 1 ] && ok || bad "exit $rc"
+has "torch:    $TMP/torch0/libc10.so built with _GLIBCXX_USE_CXX11_ABI=0"
+has "= c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)"
+has "= c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
+has "[✗] C++ ABI mismatch: the module was built with _GLIBCXX_USE_CXX11_ABI=1, torch with 0"
+
+so abi0-on-abi1 "$TMP/ext_abi0.so" "$TMP/torch1"
+[ $rc -eq 1 ] && ok || bad "exit $rc"
+has "_ZN3c105ErrorC1ENS_14SourceLocationESs"
+has "= c10::Error::Error(c10::SourceLocation, std::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
+has "Use the wheel named cxx11abiTRUE"
+
+so newer-torch "$TMP/ext_new.so" "$TMP/torch1"
+[ $rc -eq 1 ] && ok || bad "exit $rc"
+has "= c10::cuda::SetDevice(signed char)"
+has "built for another PyTorch"
+
+so no-lib "$TMP/ext_abi1.so" "$TMP/nowhere"
+has "libc10.so                    NOT FOUND"
+
+so json "$TMP/ext_abi1.so" "$TMP/torch0" --json
+PY=$(command -v python3 || true)
+if [ -n "$PY" ]; then
+    "$PY" - "$out" <<'EOF' && ok || bad "JSON"
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+assert d["cxx11_abi"] == 1 and d["libraries_cxx11_abi"] == 0, d
+assert d["missing"] >= 2 and any("torchCheckFail" in m["demangled"] for m in d["missing_symbols"])
+assert any(n["name"] == "libc10.so" for n in d["needed"])
+EOF
+fi
+
+# the demangler agrees with c++filt on every C++ symbol it accepts
+if command -v c++filt > /dev/null && command -v nm > /dev/null; then
+    scenario=demangle
+    libstdcxx=$("$CXX" -print-file-name=libstdc++.so.6 2> /dev/null)
+    for f in "$TMP/ext_abi0.so" "$TMP/ext_abi1.so" "$TMP/torch0/libc10.so" "$TMP/torch1/libc10.so" "$libstdcxx"; do
+        [ -f "$f" ] && nm -D "$f" 2> /dev/null | awk '{print $NF}' | sed 's/@.*//' | grep '^_Z'
+    done | sort -u > "$TMP/syms"
+    "$FA" explain --demangle < "$TMP/syms" > "$TMP/mine"
+    c++filt < "$TMP/syms" > "$TMP/ref"
+    total=$(wc -l < "$TMP/syms")
+    # lines where ours left the name mangled (unsupported) are not compared
+    paste -d '\t' "$TMP/syms" "$TMP/mine" "$TMP/ref" |
+        awk -F '\t' '$2 != $1 && $2 != $3 { print; n++ } END { exit n > 0 }' > "$TMP/diff"
+    if [ $? -eq 0 ]; then ok; else bad "differs from c++filt:"; head -5 "$TMP/diff"; fi
+    same=$(paste -d '\t' "$TMP/syms" "$TMP/mine" | awk -F '\t' '$1 != $2' | wc -l)
+    echo "demangler: $same of $total symbols demangled, all identical to c++filt"
+    [ "$total" -gt 100 ] && [ $((same * 100 / total)) -ge 95 ] && ok || bad "coverage $same/$total"
+else
+    echo "c++filt or nm missing: demangler comparison skipped"
+fi
+
+# malformed files never crash the reader
+scenario=malformed
+size=$(wc -c < "$TMP/ext_abi1.so")
+for n in 0 1 16 63 64 65 200 1000 4096 $((size / 3)) $((size / 2)) $((size - 100)) $((size - 1)); do
+    head -c "$n" "$TMP/ext_abi1.so" > "$TMP/cut.so"
+    "$FA" doctor --so "$TMP/cut.so" > "$TMP/cut.out" 2>&1
+    r=$?
+    [ $r -le 1 ] && ok || bad "truncated to $n bytes: exit $r"
+done
+head -c 100000 /dev/urandom > "$TMP/garbage.so"
+"$FA" doctor --so "$TMP/garbage.so" > "$TMP/g.out" 2>&1; [ $? -eq 1 ] && grep -q "not an ELF file" "$TMP/g.out" && ok || bad "garbage"
+: > "$TMP/empty.so"
+"$FA" doctor --so "$TMP/empty.so" > /dev/null 2>&1; [ $? -eq 1 ] && ok || bad "empty"
+"$FA" doctor --so "$TMP" > /dev/null 2>&1; [ $? -eq 1 ] && ok || bad "a directory"
+# a valid header whose tables point outside the file
+cp "$TMP/ext_abi1.so" "$TMP/bent.so"
+printf '\377\377\377\377' | dd of="$TMP/bent.so" bs=1 seek=40 conv=notrunc 2> /dev/null
+"$FA" doctor --so "$TMP/bent.so" > "$TMP/b.out" 2>&1; [ $? -eq 1 ] && ok || bad "section headers out of range"
+
+echo "test_elf: $pass passed, $fail failed"
+[ $fail -eq 0 ]
