@@ -9,8 +9,6 @@
 
 #include <stdlib.h>
 
-enum { FA_MAX_HEAD_DIM = 256 };
-
 void fa_params_init(fa_params *params) {
     if (!params) return;
     *params = (fa_params){
@@ -81,20 +79,7 @@ static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
     p->H = q->shape[hd];
     p->Hk = k->shape[hd];
     p->D = q->shape[dd];
-    if (p->D == 0)
-        return fa__error(FA_ERR_SHAPE, "q: head dim D (shape[%d]) is 0; expected 1..%d", dd,
-                         FA_MAX_HEAD_DIM);
-    if (p->D > FA_MAX_HEAD_DIM)
-        return fa__error(FA_ERR_UNSUPPORTED, "q: head dim D (shape[%d]) is %lld; supported: "
-                         "1..%d", dd, (long long)p->D, FA_MAX_HEAD_DIM);
-    if (p->H == 0)
-        return fa__error(FA_ERR_SHAPE, "q: heads H (shape[%d]) is 0; expected >= 1", hd);
-    if (p->Hk == 0 || p->H % p->Hk != 0)
-        return fa__error(FA_ERR_SHAPE, "k: shape[%d] (KV heads) is %lld, which does not divide "
-                         "q's %lld heads", hd, (long long)p->Hk, (long long)p->H);
-    if (k->shape[dd] != p->D)
-        return fa__error(FA_ERR_SHAPE, "k: head dim (shape[%d]) is %lld; expected q's %lld", dd,
-                         (long long)k->shape[dd], (long long)p->D);
+    if ((st = fa__check_heads(q, k, "k", hd, dd))) return st;
     if (!c->varlen && k->shape[0] != q->shape[0])
         return fa__error(FA_ERR_SHAPE, "k: batch (shape[0]) is %lld; expected q's %lld",
                          (long long)k->shape[0], (long long)q->shape[0]);

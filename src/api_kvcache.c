@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FA_MAX_HEAD_DIM = 256, FA_MAX_SPLITS = 128, MAX_SPANS = 16 };
+enum { FA_MAX_SPLITS = 128, MAX_SPANS = 16 };
 
 void fa_kvcache_init(fa_kvcache *kv) {
     if (!kv) return;
@@ -61,11 +61,6 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
     c->Sq = q->shape[1];
     c->H = q->shape[2];
     c->D = q->shape[3];
-    if (c->D == 0) return fa__error(FA_ERR_SHAPE, "q: head dim D (shape[3]) is 0; expected 1..%d", FA_MAX_HEAD_DIM);
-    if (c->D > FA_MAX_HEAD_DIM)
-        return fa__error(FA_ERR_UNSUPPORTED, "q: head dim D (shape[3]) is %lld; supported: 1..%d",
-                         (long long)c->D, FA_MAX_HEAD_DIM);
-    if (c->H == 0) return fa__error(FA_ERR_SHAPE, "q: heads H (shape[2]) is 0; expected >= 1");
 
     c->paged = given(&kv->block_table);
     c->append = given(&kv->k_new) || given(&kv->v_new);
@@ -87,14 +82,9 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
                                  cnames[t], i, (long long)caches[t]->shape[i],
                                  (long long)kv->k_cache.shape[i]);
     }
+    if ((st = fa__check_heads(q, &kv->k_cache, "kv.k_cache", 2, 3))) return st;
     c->Hk = kv->k_cache.shape[2];
     c->rows = kv->k_cache.shape[0];
-    if (c->Hk == 0 || c->H % c->Hk != 0)
-        return fa__error(FA_ERR_SHAPE, "kv.k_cache: shape[2] (KV heads) is %lld, which does not "
-                         "divide q's %lld heads", (long long)c->Hk, (long long)c->H);
-    if (kv->k_cache.shape[3] != c->D)
-        return fa__error(FA_ERR_SHAPE, "kv.k_cache: head dim (shape[3]) is %lld; expected q's %lld",
-                         (long long)kv->k_cache.shape[3], (long long)c->D);
 
     if (c->append) {
         const fa_tensor *nw[2] = {&kv->k_new, &kv->v_new};

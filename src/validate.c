@@ -122,6 +122,25 @@ fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const c
     return FA_OK;
 }
 
+fa_status fa__check_heads(const fa_tensor *q, const fa_tensor *k, const char *k_name, int hd,
+                          int dd) {
+    const int64_t H = q->shape[hd], Hk = k->shape[hd], D = q->shape[dd];
+    if (D == 0)
+        return fa__error(FA_ERR_SHAPE, "q: head dim D (shape[%d]) is 0; expected 1..%d", dd,
+                         FA_MAX_HEAD_DIM);
+    if (D > FA_MAX_HEAD_DIM)
+        return fa__error(FA_ERR_UNSUPPORTED, "q: head dim D (shape[%d]) is %lld; supported: 1..%d",
+                         dd, (long long)D, FA_MAX_HEAD_DIM);
+    if (H == 0) return fa__error(FA_ERR_SHAPE, "q: heads H (shape[%d]) is 0; expected >= 1", hd);
+    if (Hk == 0 || H % Hk != 0)
+        return fa__error(FA_ERR_SHAPE, "%s: shape[%d] (KV heads) is %lld, which does not divide "
+                         "q's %lld heads", k_name, hd, (long long)Hk, (long long)H);
+    if (k->shape[dd] != D)
+        return fa__error(FA_ERR_SHAPE, "%s: head dim (shape[%d]) is %lld; expected q's %lld", k_name,
+                         dd, (long long)k->shape[dd], (long long)D);
+    return FA_OK;
+}
+
 static int spans_meet(const fa__span *a, const fa__span *b) {
     return a->begin < a->end && b->begin < b->end && a->begin < b->end && b->begin < a->end;
 }

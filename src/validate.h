@@ -21,6 +21,13 @@ typedef struct fa__span {
 fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const char *dims,
                          int is_output, fa__span *span);
 
+enum { FA_MAX_HEAD_DIM = 256 };
+
+/* q's heads H (dimension hd) >= 1 and head dim D (dimension dd) in 1..FA_MAX_HEAD_DIM; k (named
+ * k_name) with Hk heads dividing H and q's head dim. Records the message and returns its status. */
+fa_status fa__check_heads(const fa_tensor *q, const fa_tensor *k, const char *k_name, int hd,
+                          int dd);
+
 /* An error unless every output span is disjoint from every other span. */
 fa_status fa__check_overlap(const fa__span *outputs, int n_outputs, const fa__span *inputs,
                             int n_inputs);
