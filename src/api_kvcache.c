@@ -342,10 +342,10 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     kvcall c = {.n_in = 0};
     fa__problem p = {0};
     fa__rotary ro;
-    void *q_rot = NULL;
+    float *q_rot = NULL; /* rotated q, fp32 */
     fa_status st = prepare(&c, params, q, kv, out, lse, &p, &ro);
     if (st == FA_OK && ro.cos && c.B * c.Sq > 0) {
-        q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * (size_t)fa__dtype_size(q->dtype));
+        q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * sizeof *q_rot);
         if (!q_rot) st = fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for q");
     }
     if (st == FA_OK) {
@@ -370,7 +370,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
         if (q_rot) {
             const int shift_rows = p.causal || p.window_left >= 0 || p.window_right >= 0;
             fa__cpu_rotate_q(&p.q, &ro, c.seqlens, shift_rows, c.B, c.Sq, c.H, c.D, q_rot);
-            p.q = (fa__view){.data = q_rot, .dtype = q->dtype, .sb = c.Sq * c.H * c.D,
+            p.q = (fa__view){.data = q_rot, .dtype = FA_DTYPE_F32, .sb = c.Sq * c.H * c.D,
                              .ss = c.H * c.D, .sh = c.D, .sd = 1};
         }
         st = fa__cpu_forward(ctx, &p);

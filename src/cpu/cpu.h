@@ -46,9 +46,9 @@ typedef struct fa__kvappend {
 
 void fa__cpu_kvcache_append(const fa__kvappend *a);
 
-/* q (B, Sq, H, D) rotated into dst, contiguous in q's dtype: row i at position
- * seqlens[b] + (shift_rows ? i : 0). */
+/* q (B, Sq, H, D) rotated into dst, contiguous fp32 (not rounded back to q's dtype): row i at
+ * position seqlens[b] + (shift_rows ? i : 0). */
 void fa__cpu_rotate_q(const fa__view *q, const fa__rotary *ro, const int32_t *seqlens,
-                      int shift_rows, int64_t B, int64_t Sq, int64_t H, int64_t D, void *dst);
+                      int shift_rows, int64_t B, int64_t Sq, int64_t H, int64_t D, float *dst);
 
 #endif /* FA_CPU_H */

@@ -45,15 +45,13 @@ void fa__cpu_kvcache_append(const fa__kvappend *a) {
 }
 
 void fa__cpu_rotate_q(const fa__view *q, const fa__rotary *ro, const int32_t *seqlens,
-                      int shift_rows, int64_t B, int64_t Sq, int64_t H, int64_t D, void *dst) {
-    const int size = fa__dtype_size(q->dtype);
-    float row[512];
+                      int shift_rows, int64_t B, int64_t Sq, int64_t H, int64_t D, float *dst) {
+    float cs[256];
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < Sq; i++)
             for (int64_t h = 0; h < H; h++) {
+                float *row = dst + ((b * Sq + i) * H + h) * D; // row: [D]
                 fa__load_f32(row, 1, fa__elem(q, b, i, h), q->dtype, D, q->sd, 1.0f);
-                rotate(ro, seqlens[b] + (shift_rows ? i : 0), row, row + 256);
-                fa__store_f32((char *)dst + (((b * Sq + i) * H + h) * D) * size, q->dtype, row, D,
-                              1, 1.0f);
+                rotate(ro, seqlens[b] + (shift_rows ? i : 0), row, cs);
             }
 }
