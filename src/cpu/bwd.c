@@ -50,6 +50,7 @@ typedef struct bwd_scratch {
     float *acc1, *acc2; /* pass 1: dK, dV [FA_KV_TASK·Bc, D]; pass 2: dQ [Br, D] in acc1 */
     float *lse2, *dlt;  /* [Br]: lse in the exp2 domain, Δ */
     float *dtanh;       /* [Bc] */
+    float *praw;        /* [Bc]: one row of P before dropout */
     float *ones;        /* [FA_ONES] */
 } bwd_scratch;
 
@@ -62,7 +63,7 @@ static size_t carve(bwd_scratch *s, float *base, int64_t D) {
     FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
     FA_TAKE(dST, rc), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
     FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
-    FA_TAKE(dtanh, c), FA_TAKE(ones, m);
+    FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m);
 #undef FA_TAKE
     return (size_t)(at - base);
 }
@@ -123,12 +124,12 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
         fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
         kern->exp2_sum((int)n, pr, s->lse2[r]); /* P = 2^(S - lse); the sum is 1 or less */
-        /* dP = dPd∘M/(1-p): the same mask and scale as Pd, so apply it to both. */
-        fa__dropout_row(p, b, h, i0 + r, j0, n, ds);
-        for (int64_t j = 0; j < n; j++) ds[j] = pr[j] * (ds[j] - s->dlt[r]);
+        /* Pd = P∘M/(1-p) and dP = dPd∘M/(1-p) from one draw of the mask; dS needs P itself. */
+        memcpy(s->praw, pr, (size_t)n * sizeof *pr);
+        fa__dropout_row(p, b, h, i0 + r, j0, n, pr, ds);
+        for (int64_t j = 0; j < n; j++) ds[j] = s->praw[j] * (ds[j] - s->dlt[r]);
         if (pl->softcap_l2 != 0.0f)
             for (int64_t j = 0; j < n; j++) ds[j] *= s->dtanh[j];
-        fa__dropout_row(p, b, h, i0 + r, j0, n, pr);
     }
 }
 

@@ -161,7 +161,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 t->alpha[r] = exp2f(m[r] - m_use);
                 l[r] = t->alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
                 m[r] = m_new;
-                fa__dropout_row(p, b, h, i, j0, n, s); /* l keeps the undropped sum */
+                fa__dropout_row(p, b, h, i, j0, n, s, NULL); /* l keeps the undropped sum */
                 if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
             }
             if (rows)

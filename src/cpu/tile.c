@@ -164,13 +164,16 @@ void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_
 }
 
 void fa__dropout_row(const fa__problem *p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
-                     float *x) {
+                     float *x, float *y) {
     if (p->dropout_p == 0.0f) return;
     const uint32_t bh = (uint32_t)(b * p->H + h);
     for (int64_t j = j0; j < j0 + n;) {
         const fa__philox4 w = fa__dropout_words(p->dropout_seed, p->dropout_offset, bh,
                                                 (uint32_t)i, (uint32_t)(j >> 2));
-        for (int lane = (int)(j & 3); lane < 4 && j < j0 + n; lane++, j++)
-            x[j - j0] = w.v[lane] < p->dropout_threshold ? 0.0f : x[j - j0] * p->dropout_scale;
+        for (int lane = (int)(j & 3); lane < 4 && j < j0 + n; lane++, j++) {
+            const int keep = w.v[lane] >= p->dropout_threshold;
+            x[j - j0] = keep ? x[j - j0] * p->dropout_scale : 0.0f;
+            if (y) y[j - j0] = keep ? y[j - j0] * p->dropout_scale : 0.0f;
+        }
     }
 }

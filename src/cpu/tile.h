@@ -104,8 +104,9 @@ void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_
                         float *dtanh);
 
 /* Zeroes the entries of x[0..n) (keys j0.. of row i, head h, batch b) that dropout drops and
- * scales the kept ones by 1/(1 - p). No-op without dropout. */
+ * scales the kept ones by 1/(1 - p); y (may be NULL) gets the same mask from the same draw. No-op
+ * without dropout. */
 void fa__dropout_row(const fa__problem *p, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t n,
-                     float *x);
+                     float *x, float *y);
 
 #endif /* FA_CPU_TILE_H */

@@ -102,30 +102,6 @@ static void pv_avx512(int m, int n, int d, const float *p, int64_t ldp, const fl
 }
 
 
-/* vcvtph2ps for fp16, a 16-bit shift for bf16. */
-static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int t = 0; t < n; t += 16) {
-        const __mmask16 k = tail_mask(n - t);
-        __m512 x;
-        if (dtype == FA_DTYPE_F32) {
-            x = _mm512_maskz_loadu_ps(k, (const float *)src + t);
-        } else {
-            __m256i h;
-            if (n - t >= 16) {
-                h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)src + t));
-            } else { /* a short tail: never read past the row */
-                uint16_t part[16] = {0};
-                for (int i = 0; i < n - t; i++) part[i] = ((const uint16_t *)src)[t + i];
-                h = _mm256_loadu_si256((const __m256i *)part);
-            }
-            if (dtype == FA_DTYPE_F16) x = _mm512_cvtph_ps(h);
-            else x = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        }
-        _mm512_mask_storeu_ps(dst + t, k, _mm512_mul_ps(s, x));
-    }
-}
-
 /* 16 elements of a row of any dtype from element c on (fewer than 16 left: zero-filled). */
 static inline __m512 load16(const void *row, int32_t dtype, int c, int left) {
     if (dtype == FA_DTYPE_F32) return _mm512_maskz_loadu_ps(tail_mask(left), (const float *)row + c);
@@ -137,8 +113,15 @@ static inline __m512 load16(const void *row, int32_t dtype, int c, int left) {
         for (int i = 0; i < left; i++) part[i] = ((const uint16_t *)row)[c + i];
         h = _mm256_loadu_si256((const __m256i *)part);
     }
-    return dtype == FA_DTYPE_F16 ? _mm512_cvtph_ps(h)
-                                 : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    if (dtype == FA_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* vcvtph2ps for fp16, a 16-bit shift for bf16, through load16. */
+static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int t = 0; t < n; t += 16)
+        _mm512_mask_storeu_ps(dst + t, tail_mask(n - t), _mm512_mul_ps(s, load16(src, dtype, t, n - t)));
 }
 
 /* The 16 sums of v[0..16): lane k of the result is the sum of v[k]'s lanes. */
