@@ -57,7 +57,8 @@ FA_API unsigned fa_version(void);
 FA_API const char *fa_version_string(void);
 
 /* A one-line, human-readable description of the build: version, compiler, CPU kernels compiled
- * in and the one chosen for this machine. Static storage; never NULL. Thread-safe. */
+ * in and the one chosen for this machine, and the CUDA plug-in (loaded, or why not). Static
+ * storage; never NULL. Thread-safe. */
 FA_API const char *fa_build_info(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -114,7 +115,8 @@ typedef enum fa_dtype {
 
 typedef enum fa_device {
     FA_DEVICE_CPU = 0, /* host memory */
-    FA_DEVICE_CUDA = 1 /* CUDA device memory (needs the CUDA plug-in; not in this release) */
+    FA_DEVICE_CUDA = 1 /* CUDA device memory of device device_index (needs the CUDA plug-in,
+                          libflashattn_cuda.so, found next to libflashattn.so at run time) */
 } fa_device;
 
 #define FA_MAX_DIMS 4
@@ -204,6 +206,10 @@ typedef struct fa_params {
     float dropout_p;
     uint64_t dropout_seed;
     uint64_t dropout_offset;
+    /* CUDA tensors only: the cudaStream_t the work is enqueued on. NULL = the legacy default
+     * stream. Calls return once the work is enqueued (like any CUDA call), except that
+     * varlen calls with cu_seqlens in device memory first wait for the stream to read them. */
+    void *cuda_stream;
 } fa_params;
 
 /* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, default scale)
@@ -267,7 +273,7 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
 
 /* The cache side of fa_forward_kvcache, flash-attn's flash_attn_with_kvcache. Fill it with
  * fa_kvcache_init, then set the tensors you use; a tensor whose data is NULL is absent. All
- * int32 tensors are on the CPU; k/v tensors share q's dtype and device. */
+ * tensors are on the CPU (CUDA tensors: FA_ERR_UNSUPPORTED); k/v tensors share q's dtype. */
 typedef struct fa_kvcache {
     uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
     /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
@@ -359,6 +365,44 @@ FA_API fa_status fa_varlen_backward(fa_context *ctx, const fa_params *params, co
  * dropout_p = 0 gives all ones. Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_DTYPE,
  * FA_ERR_STRIDE, FA_ERR_VALUE, FA_ERR_STRUCT_SIZE, FA_ERR_DEVICE. */
 FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask);
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices
+ *
+ * Tensors may live in CUDA device memory (device = FA_DEVICE_CUDA, device_index = the CUDA
+ * ordinal). Every tensor of a call must be on the same device, except the int32 cu_seqlens,
+ * which may be on the host or on that device. The CUDA plug-in, libflashattn_cuda.so, is loaded
+ * on first use: from the path in the environment variable FA_CUDA_PLUGIN if set, else from the
+ * directory of libflashattn.so, else from the dynamic loader's search path. It needs only the
+ * NVIDIA driver (the CUDA runtime is linked into it). When it is missing, a call with CUDA
+ * tensors returns FA_ERR_DEVICE and fa_last_error_message() says why.
+ *
+ * On CUDA tensors: fa_forward, fa_varlen_forward and fa_dropout_mask run on the GPU.
+ * fa_backward, fa_varlen_backward and fa_forward_kvcache return FA_ERR_UNSUPPORTED.
+ *
+ * The helpers below give C programs device memory without linking the CUDA toolkit (the tests
+ * and `flashattn verify` use them). Each loads the plug-in as above.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The number of devices of that kind: FA_DEVICE_CPU gives 1. FA_DEVICE_CUDA gives the CUDA
+ * device count (0 when the plug-in loads but no GPU is visible) or FA_ERR_DEVICE when the
+ * plug-in or the driver cannot be loaded. Errors: FA_ERR_NULL_POINTER, FA_ERR_DEVICE. */
+FA_API fa_status fa_device_count(fa_device device, int32_t *count);
+
+/* Allocates bytes (> 0) of memory on a device; *ptr is unchanged on error. CPU memory comes from
+ * malloc. Errors: FA_ERR_NULL_POINTER, FA_ERR_VALUE (bytes == 0), FA_ERR_DEVICE,
+ * FA_ERR_NO_MEMORY. */
+FA_API fa_status fa_device_alloc(fa_device device, int32_t device_index, size_t bytes,
+                                 void **ptr);
+
+/* Frees memory from fa_device_alloc. NULL is a no-op. Errors: FA_ERR_DEVICE. */
+FA_API fa_status fa_device_free(fa_device device, int32_t device_index, void *ptr);
+
+/* Copies bytes between host memory and CUDA device device_index, in either direction or within
+ * the device, and returns when the copy is complete. One of the two sides may be FA_DEVICE_CPU;
+ * CPU to CPU is a memcpy. Errors: FA_ERR_NULL_POINTER, FA_ERR_DEVICE. */
+FA_API fa_status fa_device_copy(void *dst, fa_device dst_device, const void *src,
+                                fa_device src_device, int32_t device_index, size_t bytes);
 
 #ifdef __cplusplus
 }

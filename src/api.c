@@ -5,6 +5,7 @@
  */
 #include "cpu/cpu.h"
 #include "internal.h"
+#include "plugin.h"
 #include "validate.h"
 
 #include <stdlib.h>
@@ -129,9 +130,24 @@ static fa_status check_cu_view(const fa_tensor *t, const char *name, spans *sp) 
 /* cu_seqlens: copied into cu[] and checked: starts >= 0, never decreases, ends within `total`
  * rows, no sequence longer than max_seqlen. */
 static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t total,
-                                 const char *total_name, int64_t max_seqlen, int32_t *cu) {
+                                 const char *total_name, int64_t max_seqlen, int32_t *cu,
+                                 const fa__plugin_api *api, void *stream) {
     const int64_t n = t->shape[0];
-    for (int64_t i = 0; i < n; i++) cu[i] = ((const int32_t *)t->data)[i * t->stride[0]];
+    if (t->device == FA_DEVICE_CUDA) {
+        /* Copy the strided offsets to the host, then gather: they are checked like host ones. */
+        const size_t bytes = (size_t)((n - 1) * t->stride[0] + 1) * sizeof(int32_t);
+        int32_t *host = malloc(bytes);
+        if (!host) return fa__error(FA_ERR_NO_MEMORY, "%s: out of memory", name);
+        char msg[512] = "";
+        fa_status st = fa__plugin_status(api->copy(host, t->data, bytes, FA__COPY_D2H,
+                                                   t->device_index, stream, msg, sizeof msg),
+                                         msg);
+        for (int64_t i = 0; st == FA_OK && i < n; i++) cu[i] = host[i * t->stride[0]];
+        free(host);
+        if (st != FA_OK) return st;
+    } else {
+        for (int64_t i = 0; i < n; i++) cu[i] = ((const int32_t *)t->data)[i * t->stride[0]];
+    }
     if (cu[0] < 0) return fa__error(FA_ERR_VALUE, "%s[0] is %d; expected >= 0", name, cu[0]);
     for (int64_t i = 1; i < n; i++) {
         if (cu[i] < cu[i - 1])
@@ -148,9 +164,31 @@ static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t t
     return FA_OK;
 }
 
+/* Every tensor on q's device; cu_seqlens on the host or on q's device. */
+static fa_status check_devices(const fa_params *params, const call *c) {
+    const fa_tensor *const ts[] = {c->k, c->v, c->out, c->lse, c->dout, c->dq, c->dk, c->dv};
+    static const char *const names[] = {"k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    fa_status st;
+    for (int i = 0; i < (int)(sizeof ts / sizeof *ts); i++)
+        if (ts[i] && (st = fa__check_same_device(ts[i], names[i], c->q, "q"))) return st;
+    if (params && params->alibi_slopes.data &&
+        (st = fa__check_same_device(&params->alibi_slopes, "params.alibi_slopes", c->q, "q")))
+        return st;
+    if (c->varlen)
+        for (int i = 0; i < 2; i++) {
+            const fa_tensor *cu = i ? c->cu_k : c->cu_q;
+            if (cu->device != FA_DEVICE_CPU &&
+                (st = fa__check_same_device(cu, i ? "cu_seqlens_k" : "cu_seqlens_q", c->q, "q")))
+                return st;
+        }
+    return FA_OK;
+}
+
 /* Every check of a call, then the problem description. On success with varlen, *cu holds the
- * copied offsets (the caller frees it). Nothing is written to any tensor. */
-static fa_status prepare(const fa_params *params, const call *c, fa__problem *p, int32_t **cu) {
+ * copied offsets (the caller frees it); for CUDA tensors *api is the plug-in (else NULL).
+ * Nothing is written to any tensor. */
+static fa_status prepare(const fa_params *params, const call *c, fa__problem *p, int32_t **cu,
+                         const fa__plugin_api **api) {
     spans sp = {.n_in = 0};
     fa__span alibi_span;
     fa_status st = check_qkv(c, p, &sp);
@@ -180,15 +218,25 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         (st = fa__resolve_alibi(params, p, &alibi_span)))
         return st;
     sp.in[sp.n_in++] = alibi_span;
-    if ((st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in))) return st;
+    if ((st = check_devices(params, c)) || (st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in)))
+        return st;
+    *api = NULL;
+    if (c->q->device == FA_DEVICE_CUDA) {
+        if (c->backward)
+            return fa__error(FA_ERR_UNSUPPORTED, "q: is on CUDA device %d; the CUDA plug-in runs "
+                             "the forward only (no backward yet): run the backward on CPU tensors",
+                             c->q->device_index);
+        if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
+    }
 
     if (c->varlen) {
         *cu = malloc(2 * (size_t)(p->B + 1) * sizeof **cu);
         if (!*cu) return fa__error(FA_ERR_NO_MEMORY, "cu_seqlens: out of memory");
+        void *stream = fa__params_stream(params);
         if ((st = read_cu_seqlens(c->cu_q, "cu_seqlens_q", p->total_q, "q", c->max_seqlen_q,
-                                  *cu)) ||
+                                  *cu, *api, stream)) ||
             (st = read_cu_seqlens(c->cu_k, "cu_seqlens_k", p->total_k, "k", c->max_seqlen_k,
-                                  *cu + p->B + 1))) {
+                                  *cu + p->B + 1, *api, stream))) {
             free(*cu);
             *cu = NULL;
             return st;
@@ -220,8 +268,14 @@ static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
     fa__clear_error();
     fa__problem p = {0};
     int32_t *cu = NULL;
-    fa_status st = prepare(params, c, &p, &cu);
-    if (st == FA_OK) {
+    const fa__plugin_api *api = NULL;
+    fa_status st = prepare(params, c, &p, &cu, &api);
+    if (st == FA_OK && api) {
+        char msg[512] = "";
+        st = fa__plugin_status(api->forward(&p, c->q->device_index, fa__params_stream(params), msg,
+                                            sizeof msg),
+                               msg);
+    } else if (st == FA_OK) {
         ctx = fa__context_resolve(ctx);
         if (!ctx) st = FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
         else st = c->backward ? fa__cpu_backward(ctx, &p) : fa__cpu_forward(ctx, &p);

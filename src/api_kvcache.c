@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "validate.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,6 +337,38 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     return FA_OK;
 }
 
+/* The KV cache runs on the CPU only: a CUDA tensor anywhere is refused before anything is read. */
+static fa_status check_host_only(const fa_params *params, const fa_tensor *q, const fa_kvcache *kv,
+                                 const fa_tensor *out, const fa_tensor *lse) {
+    const fa_tensor *ts[16] = {q, out, lse};
+    const char *names[16] = {"q", "out", "lse"};
+    int n = 3;
+    if (kv && kv->struct_size == sizeof *kv) {
+        const fa_tensor *const more[] = {&kv->k_cache, &kv->v_cache, &kv->k_new, &kv->v_new,
+                                         &kv->cache_seqlens, &kv->cache_batch_idx,
+                                         &kv->cache_leftpad, &kv->block_table, &kv->rotary_cos,
+                                         &kv->rotary_sin};
+        static const char *const more_names[] = {
+            "kv.k_cache", "kv.v_cache", "kv.k_new", "kv.v_new", "kv.cache_seqlens",
+            "kv.cache_batch_idx", "kv.cache_leftpad", "kv.block_table", "kv.rotary_cos",
+            "kv.rotary_sin"};
+        for (int i = 0; i < 10; i++, n++) {
+            ts[n] = more[i];
+            names[n] = more_names[i];
+        }
+    }
+    if (params && params->struct_size >= offsetof(fa_params, cuda_stream)) {
+        ts[n] = &params->alibi_slopes;
+        names[n++] = "params.alibi_slopes";
+    }
+    for (int i = 0; i < n; i++)
+        if (ts[i] && ts[i]->device == FA_DEVICE_CUDA)
+            return fa__error(FA_ERR_UNSUPPORTED, "%s: is on CUDA device %d; fa_forward_kvcache "
+                             "runs on the CPU only (the CUDA plug-in has no KV-cache path yet)",
+                             names[i], ts[i]->device_index);
+    return FA_OK;
+}
+
 fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                              const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
     fa__clear_error();
@@ -343,7 +376,8 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     fa__problem p = {0};
     fa__rotary ro;
     float *q_rot = NULL; /* rotated q, fp32 */
-    fa_status st = prepare(&c, params, q, kv, out, lse, &p, &ro);
+    fa_status st = check_host_only(params, q, kv, out, lse);
+    if (st == FA_OK) st = prepare(&c, params, q, kv, out, lse, &p, &ro);
     if (st == FA_OK && ro.cos && c.B * c.Sq > 0) {
         q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * sizeof *q_rot);
         if (!q_rot) st = fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for q");

@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 #include "philox.h"
+#include "plugin.h"
 #include "problem.h"
 #include "validate.h"
 
@@ -20,6 +21,20 @@ fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask) {
                          fa__dtype_name(mask->dtype));
     const int64_t B = mask->shape[0], H = mask->shape[1], Sq = mask->shape[2], Sk = mask->shape[3];
     const int64_t *st4 = mask->stride;
+    if (mask->device == FA_DEVICE_CUDA) {
+        const fa__plugin_api *api;
+        if ((st = fa__plugin_device("mask", mask->device_index, &api))) return st;
+        p.B = B;
+        p.H = H;
+        p.Sq = Sq;
+        p.Sk = Sk;
+        p.out = (fa__view){.data = mask->data, .dtype = FA_DTYPE_U8, .sb = st4[0], .sh = st4[1],
+                           .ss = st4[2], .sd = st4[3]};
+        char msg[512] = "";
+        return fa__plugin_status(api->dropout_mask(&p, mask->device_index,
+                                                   fa__params_stream(params), msg, sizeof msg),
+                                 msg);
+    }
     uint8_t *out = mask->data;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)

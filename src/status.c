@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char last_message[512];
+static _Thread_local char last_message[1024];
 
 const char *fa_status_name(fa_status status) {
     switch (status) {

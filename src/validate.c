@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 int fa__dtype_size(int32_t dtype) {
     switch (dtype) {
@@ -73,12 +74,11 @@ fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const c
     const int esize = fa__dtype_size(t->dtype);
     if (esize == 0)
         return fa__error(FA_ERR_DTYPE, "%s: dtype %d is not a fa_dtype", name, t->dtype);
-    if (t->device == FA_DEVICE_CUDA)
-        return fa__error(FA_ERR_DEVICE,
-                         "%s: is on a CUDA device, but this build has no CUDA plug-in; pass host "
-                         "memory (device = FA_DEVICE_CPU)", name);
-    if (t->device != FA_DEVICE_CPU)
+    if (t->device != FA_DEVICE_CPU && t->device != FA_DEVICE_CUDA)
         return fa__error(FA_ERR_DEVICE, "%s: device %d is not a fa_device", name, t->device);
+    if (t->device == FA_DEVICE_CUDA && t->device_index < 0)
+        return fa__error(FA_ERR_DEVICE, "%s: device_index is %d; expected a CUDA ordinal >= 0",
+                         name, t->device_index);
 
     int empty = 0;
     int64_t extent = 0;
@@ -164,10 +164,13 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     fa_params d;
     fa_params_init(&d);
     if (params) {
-        if (params->struct_size != sizeof d)
+        /* Binaries built against 0.1.0's header pass the struct without cuda_stream. */
+        const size_t v1 = offsetof(fa_params, cuda_stream);
+        if (params->struct_size != sizeof d && params->struct_size != v1)
             return fa__error(FA_ERR_STRUCT_SIZE, "params.struct_size is %u; expected %zu (call "
                              "fa_params_init first)", params->struct_size, sizeof d);
-        d = *params;
+        memcpy(&d, params, params->struct_size);
+        d.struct_size = sizeof d;
     }
     if (!isfinite(d.softmax_scale))
         return fa__error(FA_ERR_VALUE, "params.softmax_scale is %g; expected a finite value "
@@ -225,4 +228,23 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
     p->alibi_sb = a->ndim == 2 ? a->stride[0] : 0;
     p->alibi_sh = a->stride[a->ndim - 1];
     return FA_OK;
+}
+
+void *fa__params_stream(const fa_params *params) {
+    return params && params->struct_size == sizeof *params ? params->cuda_stream : NULL;
+}
+
+fa_status fa__check_same_device(const fa_tensor *t, const char *name, const fa_tensor *ref,
+                                const char *ref_name) {
+    if (t->device == ref->device && (t->device == FA_DEVICE_CPU ||
+                                     t->device_index == ref->device_index))
+        return FA_OK;
+    const char *const names[] = {"the CPU", "CUDA device"};
+    if (t->device != ref->device)
+        return fa__error(FA_ERR_DEVICE, "%s: is on %s but %s is on %s; every tensor of a call "
+                         "must be on one device", name, names[t->device], ref_name,
+                         names[ref->device]);
+    return fa__error(FA_ERR_DEVICE, "%s: is on CUDA device %d but %s is on CUDA device %d; every "
+                     "tensor of a call must be on one device", name, t->device_index, ref_name,
+                     ref->device_index);
 }

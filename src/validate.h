@@ -15,7 +15,7 @@ typedef struct fa__span {
     const char *name;
 } fa__span;
 
-/* A view of rank `ndim` on the CPU with non-negative shape and strides whose addresses do not
+/* A view of rank `ndim` (on the CPU, or CUDA with device_index >= 0) with non-negative shape and strides whose addresses do not
  * overflow, and non-NULL data unless it is empty. `dims` names the dimensions for messages,
  * e.g. "(B, Sq, H, D)". An output must also not map two elements to one address. */
 fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const char *dims,
@@ -38,5 +38,13 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p);
 
 /* Checks params->alibi_slopes against (H) or (B, H) and fills p->alibi; records its span. */
 fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span);
+
+/* params->cuda_stream, or NULL for NULL params and for structs from before it existed. */
+void *fa__params_stream(const fa_params *params);
+
+/* FA_ERR_DEVICE unless t (named `name`, already checked by fa__check_view) is on ref's device
+ * (and, for CUDA, ref's device_index). */
+fa_status fa__check_same_device(const fa_tensor *t, const char *name, const fa_tensor *ref,
+                                const char *ref_name);
 
 #endif /* FA_VALIDATE_H */

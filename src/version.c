@@ -4,6 +4,7 @@
  */
 #include "cpu/cpu.h"
 #include "internal.h"
+#include "plugin.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@ const char *fa_version_string(void) {
     return FA_STR(FA_VERSION_MAJOR) "." FA_STR(FA_VERSION_MINOR) "." FA_STR(FA_VERSION_PATCH);
 }
 
-static char build_info[256];
+static char build_info[2048];
 static pthread_once_t build_info_once = PTHREAD_ONCE_INIT;
 
 static void make_build_info(void) {
@@ -28,9 +29,10 @@ static void make_build_info(void) {
 #else
     const char *compiler = "unknown compiler";
 #endif
-    snprintf(build_info, sizeof build_info,
-             "flashattn %s; %s; cpu kernels: %s; in use: %s%s; cuda: not built", fa_version_string(),
-             compiler, fa__cpu_kernels_compiled(), fa__cpu_kernels_get()->name, fa__cpu_kernels_note());
+    char cuda[1536];
+    snprintf(build_info, sizeof build_info, "flashattn %s; %s; cpu kernels: %s; in use: %s%s; %s",
+             fa_version_string(), compiler, fa__cpu_kernels_compiled(), fa__cpu_kernels_get()->name,
+             fa__cpu_kernels_note(), fa__plugin_summary(cuda, sizeof cuda));
 }
 
 const char *fa_build_info(void) {

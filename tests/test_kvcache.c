@@ -1735,7 +1735,7 @@ static void group_errors(void) {
              recontig(&e.kv.v_cache));
         KERR(pg, "caches' head dim 9 (q 8)", FA_ERR_SHAPE, "k_cache", e.kv.k_cache.shape[3] = 9;
              recontig(&e.kv.k_cache); e.kv.v_cache.shape[3] = 9; recontig(&e.kv.v_cache));
-        KERR(pg, "k_cache on CUDA", FA_ERR_DEVICE, "k_cache", e.kv.k_cache.device = FA_DEVICE_CUDA);
+        KERR(pg, "k_cache on CUDA", FA_ERR_UNSUPPORTED, "k_cache", e.kv.k_cache.device = FA_DEVICE_CUDA);
         KERR(pg, "k_cache negative stride", FA_ERR_STRIDE, "k_cache", e.kv.k_cache.stride[1] = -16);
         KERR(pg, "k_new shape[0] = 3 (B 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[0] = 3);
         KERR(pg, "k_new shape[2] = 1 (Hk 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[2] = 1);

@@ -147,7 +147,14 @@ static void check_flashattn(findings *f, const fa_env *e) {
         have_plugin = stat(plugin, &st) == 0;
     }
     if (have_plugin) {
-        x = find_add(f, S_FLASHATTN, "cuda_plugin", FIND_OK, "CUDA plug-in found: %s", plugin);
+        int32_t ndev = 0;
+        const int usable = fa_device_count(FA_DEVICE_CUDA, &ndev) == FA_OK;
+        x = find_add(f, S_FLASHATTN, "cuda_plugin", usable || !e->drv.ngpus ? FIND_OK : FIND_WARN,
+                     "CUDA plug-in found: %s", plugin);
+        if (usable)
+            find_evidence(x, "it loads and sees %d CUDA device%s", (int)ndev, ndev == 1 ? "" : "s");
+        else
+            find_evidence(x, "it cannot be used: %s", fa_last_error_message());
     } else {
         int gpus = e->drv.ngpus > 0;
         x = find_add(f, S_FLASHATTN, "cuda_plugin", gpus ? FIND_WARN : FIND_OK,
@@ -158,7 +165,10 @@ static void check_flashattn(findings *f, const fa_env *e) {
         find_evidence(x, "the CPU backend runs every feature; the plug-in is loaded only when a "
                          "GPU tensor arrives");
         if (gpus)
-            find_fix(x, "this release has no CUDA plug-in; flashattn runs on the CPU meanwhile");
+            find_fix(x, "build the plug-in with nvcc present (cmake -DFA_CUDA=ON, or pip install . "
+                        "-C cmake.define.FA_CUDA=ON) and keep libflashattn_cuda.so next to "
+                        "libflashattn.so, or point FA_CUDA_PLUGIN at it; until then flashattn "
+                        "runs on the CPU");
     }
 }
 

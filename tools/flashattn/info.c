@@ -22,6 +22,7 @@ static void info_usage(FILE *f) {
 
 int cmd_info(int argc, char **argv) {
     int i;
+    int32_t ncuda = 0;
     unsigned lib;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -42,6 +43,12 @@ int cmd_info(int argc, char **argv) {
     printf("build:        %s\n", fa_build_info());
     printf("threads:      %d (default context)\n", (int)fa_context_num_threads(NULL));
     printf("backends:     cpu: available\n");
-    printf("              cuda: not built in this release (no CUDA plug-in)\n");
+    if (fa_device_count(FA_DEVICE_CUDA, &ncuda) != FA_OK)
+        printf("              cuda: unavailable: %s\n", fa_last_error_message());
+    else if (ncuda == 0)
+        printf("              cuda: the plug-in loaded, but no CUDA device is visible\n");
+    else
+        printf("              cuda: available, %d device%s (forward; see the build line)\n",
+               (int)ncuda, ncuda == 1 ? "" : "s");
     return 0;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * verify.c — `flashattn verify`: the "does it really work" check. Runs small attentions on every
- * available backend (today the CPU; the CUDA plug-in is not built in this release and is reported
- * as skipped) and compares out and lse with the fp64 reference (tests/reference/attention_ref.h),
+ * available backend (the CPU, and each CUDA device when the plug-in and a GPU are present; when
+ * not, the reason is printed) and compares out and lse with the fp64 reference
+ * (tests/reference/attention_ref.h),
  * one verdict line per case. Inputs are fresh uniform random values in [-1, 1] (the seed is
  * printed; --seed replays it), rounded to the case's dtype, and the reference is computed from
  * those rounded values. Outputs are poisoned with NaN before each call so an element the library
@@ -110,6 +111,44 @@ static void *random_tensor(cli_rng *rng, fa_dtype t, size_t n, double **exact, c
     return buf;
 }
 
+/* Where a case runs: the CPU, or CUDA device `index`, where inputs are copied and outputs
+ * (poison included) copied in and back out. */
+typedef struct backend {
+    int cuda;
+    int32_t index;
+    void *dev[8];
+    int ndev;
+} backend;
+
+/* t itself on the CPU; on CUDA a device copy of its `bytes` bytes. */
+static fa_tensor place(backend *be, fa_tensor t, size_t bytes) {
+    void *d;
+    if (!be->cuda)
+        return t;
+    t.device = FA_DEVICE_CUDA;
+    t.device_index = be->index;
+    if (bytes == 0)
+        return t; /* empty: never dereferenced */
+    CLI_CHECK("fa_device_alloc", fa_device_alloc(FA_DEVICE_CUDA, be->index, bytes, &d));
+    CLI_CHECK("fa_device_copy",
+              fa_device_copy(d, FA_DEVICE_CUDA, t.data, FA_DEVICE_CPU, be->index, bytes));
+    be->dev[be->ndev++] = d;
+    t.data = d;
+    return t;
+}
+
+/* Copies an output placed on the device back to `host`; then frees the device copies. */
+static void fetch(const backend *be, void *host, const fa_tensor *t, size_t bytes) {
+    if (be->cuda && bytes > 0)
+        CLI_CHECK("fa_device_copy",
+                  fa_device_copy(host, FA_DEVICE_CPU, t->data, FA_DEVICE_CUDA, be->index, bytes));
+}
+
+static void release(backend *be) {
+    while (be->ndev > 0)
+        CLI_CHECK("fa_device_free", fa_device_free(FA_DEVICE_CUDA, be->index, be->dev[--be->ndev]));
+}
+
 static ref_problem make_ref(const vcase *c, int64_t B, int64_t Sq, int64_t Sk) {
     ref_problem p;
     memset(&p, 0, sizeof p);
@@ -129,7 +168,7 @@ static ref_problem make_ref(const vcase *c, int64_t B, int64_t Sq, int64_t Sk) {
     return p;
 }
 
-static verdict run_fixed(fa_context *ctx, const vcase *c, cli_rng *rng) {
+static verdict run_fixed(fa_context *ctx, backend *be, const vcase *c, cli_rng *rng) {
     const fa_dtype t = c->dtype;
     const size_t nq = (size_t)(c->B * c->Sq * c->H * c->D);
     const size_t nk = (size_t)(c->B * c->Sk * c->Hk * c->D);
@@ -154,14 +193,17 @@ static verdict run_fixed(fa_context *ctx, const vcase *c, cli_rng *rng) {
     cli_poison(out, t, nq);
     cli_poison(lse, FA_DTYPE_F32, nl);
 
-    tq = fa_tensor_contiguous(q, t, 4, qshape);
-    tk = fa_tensor_contiguous(k, t, 4, kshape);
-    tv = fa_tensor_contiguous(v, t, 4, kshape);
-    tout = fa_tensor_contiguous(out, t, 4, qshape);
-    tlse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
+    tq = place(be, fa_tensor_contiguous(q, t, 4, qshape), nq * cli_dtype_size(t));
+    tk = place(be, fa_tensor_contiguous(k, t, 4, kshape), nk * cli_dtype_size(t));
+    tv = place(be, fa_tensor_contiguous(v, t, 4, kshape), nk * cli_dtype_size(t));
+    tout = place(be, fa_tensor_contiguous(out, t, 4, qshape), nq * cli_dtype_size(t));
+    tlse = place(be, fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape), nl * sizeof(float));
     fa_params_init(&params);
     params.causal = c->causal;
     CLI_CHECK("fa_forward", fa_forward(ctx, &params, &tq, &tk, &tv, &tout, &tlse));
+    fetch(be, out, &tout, nq * cli_dtype_size(t));
+    fetch(be, lse, &tlse, nl * sizeof(float));
+    release(be);
 
     rout = cli_xmalloc(nq * sizeof(double), "reference out");
     rlse = cli_xmalloc(nl * sizeof(double), "reference lse");
@@ -191,7 +233,7 @@ static verdict run_fixed(fa_context *ctx, const vcase *c, cli_rng *rng) {
     return r;
 }
 
-static verdict run_varlen(fa_context *ctx, const vcase *c, cli_rng *rng) {
+static verdict run_varlen(fa_context *ctx, backend *be, const vcase *c, cli_rng *rng) {
     const fa_dtype t = c->dtype;
     const int64_t H = c->H, Hk = c->Hk, D = c->D;
     int32_t cu_q[MAX_SEQS + 1], cu_k[MAX_SEQS + 1];
@@ -238,17 +280,21 @@ static verdict run_varlen(fa_context *ctx, const vcase *c, cli_rng *rng) {
     lshape[0] = H;
     lshape[1] = total_q;
     ncu = c->nseq + 1;
-    tq = fa_tensor_contiguous(q, t, 3, qshape);
-    tk = fa_tensor_contiguous(k, t, 3, kshape);
-    tv = fa_tensor_contiguous(v, t, 3, kshape);
-    tout = fa_tensor_contiguous(out, t, 3, qshape);
-    tlse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 2, lshape);
-    tcuq = fa_tensor_contiguous(cu_q, FA_DTYPE_I32, 1, &ncu);
+    tq = place(be, fa_tensor_contiguous(q, t, 3, qshape), nq * cli_dtype_size(t));
+    tk = place(be, fa_tensor_contiguous(k, t, 3, kshape), nk * cli_dtype_size(t));
+    tv = place(be, fa_tensor_contiguous(v, t, 3, kshape), nk * cli_dtype_size(t));
+    tout = place(be, fa_tensor_contiguous(out, t, 3, qshape), nq * cli_dtype_size(t));
+    tlse = place(be, fa_tensor_contiguous(lse, FA_DTYPE_F32, 2, lshape), nl * sizeof(float));
+    /* On CUDA, cu_seqlens_q is on the device and cu_seqlens_k on the host: both are allowed. */
+    tcuq = place(be, fa_tensor_contiguous(cu_q, FA_DTYPE_I32, 1, &ncu), (size_t)ncu * 4);
     tcuk = fa_tensor_contiguous(cu_k, FA_DTYPE_I32, 1, &ncu);
     fa_params_init(&params);
     params.causal = c->causal;
     CLI_CHECK("fa_varlen_forward", fa_varlen_forward(ctx, &params, &tq, &tk, &tv, &tcuq, &tcuk,
                                                      max_q, max_k, &tout, &tlse));
+    fetch(be, out, &tout, nq * cli_dtype_size(t));
+    fetch(be, lse, &tlse, nl * sizeof(float));
+    release(be);
 
     /* Each sequence against a B = 1 reference call on its own rows. */
     for (b = 0; b < c->nseq; b++) {
@@ -527,7 +573,37 @@ static void verify_usage(FILE *f) {
                "  -q, --quiet   print only failing cases and the summary line\n");
 }
 
+/* The forward cases on one backend, one verdict line each (failures only when quiet); returns
+ * the number that failed. */
+static size_t run_forward_cases(fa_context *ctx, backend *be, cli_rng *rng, int quiet) {
+    size_t ci, failed = 0;
+    for (ci = 0; ci < NUM_CASES; ci++) {
+        const vcase *c = &cases[ci];
+        char shape[128];
+        double tol_out, tol_lse;
+        int pass;
+        verdict r = c->nseq ? run_varlen(ctx, be, c, rng) : run_fixed(ctx, be, c, rng);
+        out_tolerance(c->dtype, &r, &tol_out, &tol_lse);
+        pass = r.out_err <= tol_out && r.lse_err <= tol_lse; /* false for NaN/inf errors */
+        if (!pass)
+            failed++;
+        if (quiet && !pass && failed == 1)
+            print_table_header();
+        if (!quiet || !pass) {
+            describe(c, shape, sizeof shape);
+            printf("  %-14s %-51s %-5s %9.2e %9.2e %9.1e %9.1e  %s\n", c->name, shape,
+                   cli_dtype_name(c->dtype), r.out_err, r.lse_err, tol_out, tol_lse,
+                   pass ? "PASS" : "FAIL");
+        }
+    }
+    return failed;
+}
+
 int cmd_verify(int argc, char **argv) {
+    backend cpu = {0, 0, {NULL}, 0};
+    int32_t ncuda = 0, dev;
+    char cuda_note[1200];
+    size_t total;
     long threads = 0;
     int quiet = 0, have_seed = 0;
     unsigned long long seed = 0;
@@ -585,25 +661,7 @@ int cmd_verify(int argc, char **argv) {
         print_table_header();
     }
 
-    for (ci = 0; ci < NUM_CASES; ci++) {
-        const vcase *c = &cases[ci];
-        char shape[128];
-        double tol_out, tol_lse;
-        int pass;
-        verdict r = c->nseq ? run_varlen(ctx, c, &rng) : run_fixed(ctx, c, &rng);
-        out_tolerance(c->dtype, &r, &tol_out, &tol_lse);
-        pass = r.out_err <= tol_out && r.lse_err <= tol_lse; /* false for NaN/inf errors */
-        if (!pass)
-            failed++;
-        if (quiet && !pass && failed == 1)
-            print_table_header();
-        if (!quiet || !pass) {
-            describe(c, shape, sizeof shape);
-            printf("  %-14s %-51s %-5s %9.2e %9.2e %9.1e %9.1e  %s\n", c->name, shape,
-                   cli_dtype_name(c->dtype), r.out_err, r.lse_err, tol_out, tol_lse,
-                   pass ? "PASS" : "FAIL");
-        }
-    }
+    failed += run_forward_cases(ctx, &cpu, &rng, quiet);
     if (!quiet) {
         printf("\nbackward on cpu: fa_forward, then fa_backward with a random dout; dq, dk, dv vs "
                "the fp64 reference backward\n");
@@ -633,16 +691,34 @@ int cmd_verify(int argc, char **argv) {
                    r.tol[2], pass ? "PASS" : "FAIL");
         }
     }
-    if (!quiet)
-        printf("\nbackend cuda: skipped (the CUDA plug-in is not built in this release)\n");
+    total = NUM_CASES + NUM_BCASES;
+    if (fa_device_count(FA_DEVICE_CUDA, &ncuda) != FA_OK || ncuda == 0) {
+        const char *why = ncuda == 0 && !fa_last_error_message()[0] ? "no CUDA device visible"
+                                                                    : fa_last_error_message();
+        snprintf(cuda_note, sizeof cuda_note, "cuda skipped (%s)", why);
+        if (!quiet)
+            printf("\nbackend cuda: skipped: %s\n", why);
+    } else {
+        for (dev = 0; dev < ncuda; dev++) {
+            backend gpu = {1, dev, {NULL}, 0};
+            if (!quiet) {
+                printf("\nbackend cuda:%d (forward; cu_seqlens_q on the device, cu_seqlens_k on "
+                       "the host)\n", (int)dev);
+                print_table_header();
+            }
+            failed += run_forward_cases(ctx, &gpu, &rng, quiet);
+            total += NUM_CASES;
+        }
+        snprintf(cuda_note, sizeof cuda_note, "forward on %d CUDA device%s", (int)ncuda,
+                 ncuda == 1 ? "" : "s");
+    }
 
     if (failed)
-        printf("verify: FAIL, %zu of %zu cases failed on cpu (seed 0x%016llx); cuda skipped\n",
-               failed, (size_t)(NUM_CASES + NUM_BCASES), seed);
+        printf("verify: FAIL, %zu of %zu cases failed (seed 0x%016llx); cpu forward and backward, "
+               "%s\n", failed, total, seed, cuda_note);
     else
-        printf("verify: PASS, %zu of %zu cases passed on cpu (forward and backward); cuda skipped "
-               "(not built)\n",
-               (size_t)(NUM_CASES + NUM_BCASES), (size_t)(NUM_CASES + NUM_BCASES));
+        printf("verify: PASS, %zu of %zu cases passed; cpu forward and backward, %s\n", total,
+               total, cuda_note);
 
     fa_context_destroy(ctx);
     return failed ? 1 : 0;

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * plugin.c — finds and loads the CUDA plug-in (libflashattn_cuda.so) on first use, checks its
+ * ABI handshake, and implements the public device helpers (fa_device_*) on top of it. The core
+ * never links CUDA: without the plug-in every CUDA request fails with FA_ERR_DEVICE and a message
+ * that says where the plug-in was looked for and why it did not load.
+ */
+#define _GNU_SOURCE /* dladdr */
+#include "plugin.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FA_PLUGIN_FILE "libflashattn_cuda.so"
+
+static struct {
+    pthread_once_t once;
+    const fa__plugin_api *api; /* NULL when not loaded */
+    char path[1024];           /* the file that loaded */
+    char why[1024];            /* why it did not load */
+    int devices;               /* device count, -1 when the driver failed */
+    char devices_msg[512];     /* the driver's message when devices < 0 */
+} plugin = {.once = PTHREAD_ONCE_INIT, .devices = -1};
+
+/* Appends "; <message>" to plugin.why (bounded). */
+static void note_failure(const char *fmt, ...) FA__PRINTF(1, 2);
+static void note_failure(const char *fmt, ...) {
+    size_t used = strlen(plugin.why);
+    if (used + 3 >= sizeof plugin.why) return;
+    if (used) {
+        memcpy(plugin.why + used, "; ", 3);
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(plugin.why + used, sizeof plugin.why - used, fmt, ap);
+    va_end(ap);
+}
+
+/* dlopen(path) and the handshake; on success sets plugin.api and plugin.path. */
+static int try_load(const char *path) {
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *err = dlerror();
+        note_failure("%s", err ? err : path);
+        return 0;
+    }
+    fa__plugin_entry_fn entry;
+    *(void **)&entry = dlsym(handle, FA__PLUGIN_ENTRY);
+    const fa__plugin_api *api = entry ? entry(FA__PLUGIN_ABI_VERSION) : NULL;
+    if (!entry) {
+        note_failure("%s: no symbol %s (not a flashattn plug-in)", path, FA__PLUGIN_ENTRY);
+    } else if (!api || api->abi_version != FA__PLUGIN_ABI_VERSION ||
+               api->problem_size != sizeof(fa__problem)) {
+        note_failure("%s: built for another version of libflashattn (the ABI handshake failed); "
+                     "rebuild both from one source tree", path);
+    } else {
+        plugin.api = api;
+        snprintf(plugin.path, sizeof plugin.path, "%s", path);
+        return 1;
+    }
+    dlclose(handle);
+    return 0;
+}
+
+/* The plug-in in the directory of this library (or of the executable it is linked into). */
+static int try_load_beside_library(void) {
+    Dl_info info;
+    if (!dladdr((void *)&fa_version, &info) || !info.dli_fname) return 0;
+    const char *slash = strrchr(info.dli_fname, '/');
+    char path[1024];
+    if (!slash || snprintf(path, sizeof path, "%.*s/%s", (int)(slash - info.dli_fname),
+                           info.dli_fname, FA_PLUGIN_FILE) >= (int)sizeof path)
+        return 0;
+    return try_load(path);
+}
+
+static void load_once(void) {
+    const char *env = getenv("FA_CUDA_PLUGIN");
+    if (env && *env) { /* an explicit choice: only that file */
+        if (!try_load(env)) note_failure("the path came from FA_CUDA_PLUGIN");
+    } else if (!try_load_beside_library()) {
+        try_load(FA_PLUGIN_FILE); /* the dynamic loader's search path */
+    }
+    if (!plugin.api) return;
+    plugin.why[0] = '\0';
+    int n = 0;
+    if (plugin.api->device_count(&n, plugin.devices_msg, sizeof plugin.devices_msg) == FA_OK)
+        plugin.devices = n;
+}
+
+/* "q: is on CUDA device 0, but " when a tensor asked, "" for the device helpers. */
+static const char *asker(char *buf, size_t cap, const char *who, int32_t index) {
+    if (!who) return "";
+    snprintf(buf, cap, "%s: is on CUDA device %d, but ", who, index);
+    return buf;
+}
+
+fa_status fa__plugin_device(const char *who, int32_t index, const fa__plugin_api **api) {
+    pthread_once(&plugin.once, load_once);
+    char pre[128];
+    if (!plugin.api)
+        return fa__error(FA_ERR_DEVICE, "%sthe CUDA plug-in " FA_PLUGIN_FILE " could not be loaded "
+                         "(%s). Build it with nvcc present (cmake -DFA_CUDA=ON) and keep it next "
+                         "to libflashattn.so, or set FA_CUDA_PLUGIN to its path",
+                         asker(pre, sizeof pre, who, index), plugin.why);
+    if (plugin.devices < 0)
+        return fa__error(FA_ERR_DEVICE, "%sthe CUDA driver cannot be used: %s",
+                         asker(pre, sizeof pre, who, index), plugin.devices_msg);
+    if (index < 0 || index >= plugin.devices)
+        return fa__error(FA_ERR_DEVICE, "%sCUDA device_index %d does not exist (%d device%s "
+                         "visible)", asker(pre, sizeof pre, who, index), index, plugin.devices,
+                         plugin.devices == 1 ? "" : "s");
+    *api = plugin.api;
+    return FA_OK;
+}
+
+const char *fa__plugin_summary(char *buf, size_t cap) {
+    pthread_once(&plugin.once, load_once);
+    if (!plugin.api) snprintf(buf, cap, "cuda: plug-in not loaded (%s)", plugin.why);
+    else if (plugin.devices < 0)
+        snprintf(buf, cap, "cuda: plug-in %s (%s), driver unusable: %s", plugin.path,
+                 plugin.api->build, plugin.devices_msg);
+    else
+        snprintf(buf, cap, "cuda: plug-in %s (%s), %d device%s", plugin.path, plugin.api->build,
+                 plugin.devices, plugin.devices == 1 ? "" : "s");
+    return buf;
+}
+
+/* Runs a plug-in function's status through the last-error message. */
+fa_status fa__plugin_status(int status, const char *msg) {
+    if (status == FA_OK) return FA_OK;
+    return fa__error((fa_status)status, "%s", msg[0] ? msg : "the CUDA plug-in failed");
+}
+
+/* ---- public device helpers ---- */
+
+fa_status fa_device_count(fa_device device, int32_t *count) {
+    fa__clear_error();
+    if (!count) return fa__error(FA_ERR_NULL_POINTER, "count: NULL");
+    if (device == FA_DEVICE_CPU) {
+        *count = 1;
+        return FA_OK;
+    }
+    if (device != FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
+    const fa__plugin_api *api;
+    const fa_status st = fa__plugin_device(NULL, 0, &api);
+    if (st != FA_OK && plugin.devices != 0) return st; /* no plug-in, or no usable driver */
+    fa__clear_error(); /* zero devices is an answer, not an error */
+    *count = plugin.devices;
+    return FA_OK;
+}
+
+fa_status fa_device_alloc(fa_device device, int32_t device_index, size_t bytes, void **ptr) {
+    fa__clear_error();
+    if (!ptr) return fa__error(FA_ERR_NULL_POINTER, "ptr: NULL");
+    if (bytes == 0) return fa__error(FA_ERR_VALUE, "bytes is 0; expected > 0");
+    if (device == FA_DEVICE_CPU) {
+        void *p = malloc(bytes);
+        if (!p) return fa__error(FA_ERR_NO_MEMORY, "malloc(%zu) failed", bytes);
+        *ptr = p;
+        return FA_OK;
+    }
+    if (device != FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
+    const fa__plugin_api *api;
+    fa_status st = fa__plugin_device(NULL, device_index, &api);
+    if (st != FA_OK) return st;
+    char msg[512] = "";
+    void *p = NULL;
+    st = fa__plugin_status(api->alloc(device_index, bytes, &p, msg, sizeof msg), msg);
+    if (st == FA_OK) *ptr = p;
+    return st;
+}
+
+fa_status fa_device_free(fa_device device, int32_t device_index, void *ptr) {
+    fa__clear_error();
+    if (!ptr) return FA_OK;
+    if (device == FA_DEVICE_CPU) {
+        free(ptr);
+        return FA_OK;
+    }
+    if (device != FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
+    const fa__plugin_api *api;
+    fa_status st = fa__plugin_device(NULL, device_index, &api);
+    if (st != FA_OK) return st;
+    char msg[512] = "";
+    return fa__plugin_status(api->release(device_index, ptr, msg, sizeof msg), msg);
+}
+
+fa_status fa_device_copy(void *dst, fa_device dst_device, const void *src, fa_device src_device,
+                         int32_t device_index, size_t bytes) {
+    fa__clear_error();
+    if ((!dst || !src) && bytes > 0)
+        return fa__error(FA_ERR_NULL_POINTER, "%s: NULL", !dst ? "dst" : "src");
+    for (int side = 0; side < 2; side++) {
+        const fa_device d = side ? src_device : dst_device;
+        if (d != FA_DEVICE_CPU && d != FA_DEVICE_CUDA)
+            return fa__error(FA_ERR_DEVICE, "%s_device %d is not a fa_device",
+                             side ? "src" : "dst", (int)d);
+    }
+    if (bytes == 0) return FA_OK;
+    if (dst_device == FA_DEVICE_CPU && src_device == FA_DEVICE_CPU) {
+        memmove(dst, src, bytes);
+        return FA_OK;
+    }
+    const fa__plugin_api *api;
+    fa_status st = fa__plugin_device(NULL, device_index, &api);
+    if (st != FA_OK) return st;
+    const int kind = dst_device == FA_DEVICE_CPU   ? FA__COPY_D2H
+                     : src_device == FA_DEVICE_CPU ? FA__COPY_H2D
+                                                   : FA__COPY_D2D;
+    char msg[512] = "";
+    return fa__plugin_status(api->copy(dst, src, bytes, kind, device_index, NULL, msg, sizeof msg),
+                             msg);
+}
