@@ -1,36 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * convert.h — fp16 and bf16 to and from fp32, round to nearest even, NaN and infinity kept.
- * Portable C; the SIMD kernels convert in their packs instead.
+ * Portable C, also compiled as CUDA device code (FA_HD); the SIMD kernels convert in their
+ * packs instead.
  */
 #ifndef FA_CONVERT_H
 #define FA_CONVERT_H
 
+#include "hd.h"
+
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t fa__f32_bits(float f) {
+FA_HD uint32_t fa__f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float fa__bits_f32(uint32_t u) {
+FA_HD float fa__bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline float fa__bf16_to_f32(uint16_t h) { return fa__bits_f32((uint32_t)h << 16); }
+FA_HD float fa__bf16_to_f32(uint16_t h) { return fa__bits_f32((uint32_t)h << 16); }
 
-static inline uint16_t fa__f32_to_bf16(float f) {
+FA_HD uint16_t fa__f32_to_bf16(float f) {
     uint32_t u = fa__f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
-static inline float fa__f16_to_f32(uint16_t h) {
+FA_HD float fa__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -43,7 +46,7 @@ static inline float fa__f16_to_f32(uint16_t h) {
     return fa__bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-static inline uint16_t fa__f32_to_f16(float f) {
+FA_HD uint16_t fa__f32_to_f16(float f) {
     uint32_t u = fa__f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;

@@ -15,13 +15,9 @@
 #ifndef FA_PHILOX_H
 #define FA_PHILOX_H
 
-#include <stdint.h>
+#include "hd.h"
 
-#if defined(__CUDACC__)
-#define FA_HD __host__ __device__ __forceinline__
-#else
-#define FA_HD static inline
-#endif
+#include <stdint.h>
 
 typedef struct fa__philox4 {
     uint32_t v[4];

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.h — the CUDA plug-in's kernel launchers, called by plugin.cu (C linkage).
+ *
+ * p is a problem as the plug-in receives it (src/plugin_abi.h): data, lse and alibi are device
+ * pointers, and a varlen problem's cu_q/cu_k are HOST arrays, which the launchers read for
+ * their task counts; cu_q_dev/cu_k_dev are their device copies (NULL for fixed length). The
+ * current device must be the data's. Each launcher enqueues its work on stream, launches
+ * nothing when there is nothing to do, and returns the launch's error (cudaGetLastError).
+ */
+#ifndef FA_CUDA_KERNELS_H
+#define FA_CUDA_KERNELS_H
+
+#include "problem.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Stage 1 (fwd_simple.cu): every row of every sequence (out, and lse when requested), any
+ * D <= 256, every feature; one thread per (batch, head, row). */
+cudaError_t fa__simple_forward(const fa__problem *p, const int32_t *cu_q_dev,
+                               const int32_t *cu_k_dev, cudaStream_t stream);
+
+/* Varlen (fwd_simple.cu): out = 0 and lse = -inf on the rows outside every sequence, which
+ * neither forward writes. No-op for fixed length. */
+cudaError_t fa__clear_outside(const fa__problem *p, cudaStream_t stream);
+
+/* fa_dropout_mask (fwd_simple.cu): p holds B, H, Sq, Sk and the dropout fields; the u8 mask is
+ * p->out (element (b, h, i, j) at b·sb + h·sh + i·ss + j·sd). */
+cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_t stream);
+
+/* Stage 2 (fwd_mma.cu): does the mma.sync kernel handle p on a device of compute capability
+ * sm = 10·major + minor? Then fa__mma_forward computes what fa__simple_forward would. */
+int fa__mma_supported(const fa__problem *p, int sm);
+cudaError_t fa__mma_forward(const fa__problem *p, const int32_t *cu_q_dev, const int32_t *cu_k_dev,
+                            cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FA_CUDA_KERNELS_H */
