@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fwd_mma.cu — the stage-2 forward kernel: FA2-class attention on tensor cores for sm_80 and
+ * later, fp16/bf16, D = 64 or 128, with causal/sliding windows, GQA, varlen, lse, softcap and
+ * ALiBi. Everything else (and the varlen rows outside every sequence) is stage 1's.
+ *
+ * One CTA of 4 warps per (query block of kBlockM = 128 rows, batch, head); warp w owns rows
+ * [32w, 32w + 32) as two m16 tiles, so row reductions stay inside a warp (4-lane quads) and
+ * every K/V fragment read from shared memory feeds two MMAs. Key tiles (kBlockN):
+ *   D = 64:  128 keys, FA2's 128x128 (80 KB smem)
+ *   D = 128: 32 keys (64 KB smem). FA2's 128x64 holds O (128) + S (64) fp32 a thread and ptxas
+ *            spills there; 128x32 fits the 255 registers without spills.
+ *
+ * Per CTA: Q once, K and V double-buffered (stage = block parity); every tile XOR-swizzled so
+ * ldmatrix and cp.async are free of bank conflicts:
+ *   cp.async Q, K(last), V(last)
+ *   for key blocks n = last .. first of the band (reverse: only the first ones straddle an edge)
+ *     wait, barrier            K(n), V(n) landed; every warp is done with the other stage
+ *     cp.async K(n-1), V(n-1)  into the other stage, landing while this block runs
+ *     S = Q K(n)ᵀ              mma.sync m16n8k16, ldmatrix.x4 for Q and K
+ *     softcap, ALiBi, mask     (the mask only on blocks that straddle the band's edge)
+ *     online softmax           exp2 domain, row max over the quad, alpha-rescale of O
+ *     O += P V(n)              P from S's registers, ldmatrix.x4.trans for V
+ *   out = O / l with 16-byte stores staged through the warp's own Q rows, lse = (m + log2 l) ln 2
+ * A row that sees no key (l = 0) gets out = 0 and lse = -inf.
+ */
+#include "flashattn.h"
+#include "kernels.h"
+#include "mma.cuh"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+enum { kWarps = 4, kThreads = 32 * kWarps, kBlockM = 128 };
+
+#define FA_LOG2E_F 1.4426950408889634f
+#define FA_LN2_F 0.69314718055994531f
+
+/* The problem as the kernel reads it: byte strides for q/k/v/out, element strides for lse. */
+typedef struct fa_mma_params {
+    const char *q, *k, *v;
+    char *o;
+    int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
+    float *lse; /* NULL: not requested */
+    int64_t lse_sb, lse_sh, lse_ss;
+    const int32_t *cu_q, *cu_k; /* NULL: fixed length */
+    const float *alibi;         /* NULL: none */
+    int64_t alibi_sb, alibi_sh;
+    int Sq, Sk, H, group, nqb; /* group = H / Hk; nqb = query blocks per (batch, head) */
+    int window_left, window_right;
+    float scale_l2;   /* scale·log2(e) */
+    float softcap_in; /* 2·log2(e)·scale/c: tanh(x) = 1 - 2 / (2^(s·softcap_in) + 1) */
+    float softcap_l2; /* c·log2(e); 0 = off */
+} fa_mma_params;
+
+/* Keys [fa_key_lo, fa_key_hi) are visible to query i (off = sk - sq), clamped to [0, sk].
+ * No overflow: i + off < 2^29 + kBlockM (ragged rows included) and windows are <= 2^30. */
+static __device__ __forceinline__ int fa_key_lo(const fa_mma_params &prm, int i, int off, int sk) {
+    return prm.window_left < 0 ? 0 : min(max(i + off - prm.window_left, 0), sk);
+}
+
+static __device__ __forceinline__ int fa_key_hi(const fa_mma_params &prm, int i, int off, int sk) {
+    return prm.window_right < 0 ? sk : min(max(i + off + prm.window_right + 1, 0), sk);
+}
+
+/* Byte offset of 16-byte chunk ch of row r in a [rows, kD] tile of 2-byte elements: chunk
+ * bits 0..2 are XORed with r % 8, so the 8 rows one ldmatrix phase reads (same logical chunk)
+ * and the 8 chunks one cp.async phase writes (same row) hit 8 different bank groups. */
+template <int kD> static __device__ __forceinline__ uint32_t fa_swz(int r, int ch) {
+    return (uint32_t)(r * (kD * 2) + ((ch ^ (r & 7)) << 4));
+}
+
+/* fa_swz(R + lr, C + lc) for ldmatrix, given lane = fa_swz(lr, lc) of the lane's own row lr
+ * and chunk lc in {0, 1}: with R a multiple of 8 and C even (compile-time after unrolling), the
+ * swizzle is one XOR of lane with (C % 8) << 4, as rows are multiples of 128 bytes. */
+template <int kD>
+static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C) {
+    return (lane ^ ((C & 7) << 4)) + R * (kD * 2) + ((C & 8) << 4);
+}
+
+/* Rows [0, n) of a [kRows, kD] tile from global (first row src, row stride ss bytes) into the
+ * swizzled tile at dst, rows >= n zero-filled (n >= 1). 16-byte cp.async; a pass of the CTA
+ * covers kRowStep whole rows, consecutive threads along a row. */
+template <int kRows, int kD>
+static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
+                                                    int n, int tid) {
+    constexpr int kChunks = kD / 8, kRowStep = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0,
+                  "a pass must cover whole rows, a multiple of 8 of them");
+    ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
+    const int r0 = tid / kChunks, ch = tid % kChunks, rows = n - r0;
+    dst += fa_swz<kD>(r0, ch); // rows r0 + it·kRowStep share r0 % 8, so the swizzle is fixed
+    const char *first = src + r0 * ss + ch * 16;
+#pragma unroll
+    for (int it = 0; it < kRows / kRowStep; ++it) {
+        const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
+        fa_cp_async16(dst + it * kRowStep * (kD * 2), ok ? first + it * kRowStep * ss : src, ok);
+    }
+}
+
+template <int kD, int kBlockN, bool kBf16>
+__global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
+    constexpr int kRowBytes = kD * 2;
+    constexpr int kMT = kBlockM / (16 * kWarps); // m16 tiles per warp
+    constexpr int kWarpRows = 16 * kMT;
+    constexpr int kNT = kBlockN / 8; // n8 tiles of S
+    constexpr int kDT = kD / 8;      // n8 tiles of O
+    constexpr uint32_t kQBytes = kBlockM * kRowBytes, kKVBytes = kBlockN * kRowBytes;
+    static_assert(kMT >= 1 && kNT % 2 == 0 && kDT % 2 == 0, "tile shape");
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    // Q: [kBlockM, kD], then stages 0 and 1 of K: [kBlockN, kD] and V: [kBlockN, kD];
+    // fp16/bf16, rows swizzled by fa_swz
+    const uint32_t sQ = fa_smem_u32(smem);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wrow = warp * kWarpRows; // this warp's first row in the block
+    /* ldmatrix row addresses, lanes 8m..8m+7 for matrix m (fa_swz_at adds the tile offsets):
+     *   Q (A, 16 rows x 16 d):  m = rows 0-7 | 8-15 x d 0-7, then the same x d 8-15
+     *   K (B, 16 keys x 16 d):  m = keys 0-7 x d 0-7 | 8-15, then keys 8-15 x the same
+     *   V (B, 16 keys x 16 d, transposed): m = keys 0-7 | 8-15 x d 0-7, then x d 8-15 */
+    const uint32_t lane_q = fa_swz<kD>(wrow + (lane & 15), lane >> 4);
+    const uint32_t lane_k = fa_swz<kD>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+    const uint32_t lane_v = fa_swz<kD>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+
+    /* Heaviest (last) query blocks of a head first; consecutive CTAs share a head's K/V in L2.
+     * b and h are unsigned so their 64-bit offsets need no sign-extension registers. */
+    const int m_block = prm.nqb - 1 - (int)(blockIdx.x % prm.nqb);
+    const unsigned bh = blockIdx.x / prm.nqb, b = bh / prm.H, h = bh % prm.H;
+    const int rq = prm.cu_q ? prm.cu_q[b] : 0, rk = prm.cu_k ? prm.cu_k[b] : 0;
+    const int sq = prm.cu_q ? prm.cu_q[b + 1] - rq : prm.Sq;
+    const int sk = prm.cu_k ? prm.cu_k[b + 1] - rk : prm.Sk;
+    const int i0 = m_block * kBlockM;
+    if (i0 >= sq)
+        return;
+    const int off = sk - sq, i_last = min(i0 + kBlockM, sq) - 1;
+
+    /* The band of keys some row of the block sees (lo and hi grow with i); key blocks
+     * [n_min, n_end) cover it. A block is mask-free when every row sees all of its keys. */
+    const int j_lo = fa_key_lo(prm, i0, off, sk), j_hi = fa_key_hi(prm, i_last, off, sk);
+    const int lo_last = fa_key_lo(prm, i_last, off, sk), hi_first = fa_key_hi(prm, i0, off, sk);
+    const int n_min = j_lo / kBlockN, n_end = j_hi > j_lo ? (j_hi + kBlockN - 1) / kBlockN : n_min;
+
+    const unsigned hk = h / prm.group;
+    const char *q = prm.q + b * prm.q_sb + (int64_t)(rq + i0) * prm.q_ss + h * prm.q_sh;
+    const char *k = prm.k + b * prm.k_sb + (int64_t)rk * prm.k_ss + hk * prm.k_sh;
+    const char *v = prm.v + b * prm.v_sb + (int64_t)rk * prm.v_ss + hk * prm.v_sh;
+
+    /* Softcap or ALiBi turn S into exp2-domain scores in place (mult = 1); otherwise S stays
+     * raw q·k and the scale is folded into the exp2 argument (one FFMA per score). */
+    const bool epi = prm.softcap_l2 != 0.0f || prm.alibi != nullptr;
+    const float mult = epi ? 1.0f : prm.scale_l2;
+    const float slope_l2 =
+        prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_LOG2E_F : 0.0f;
+
+    float acc_o[kMT][kDT][4]; // O: [kWarpRows, kD] per warp, C fragments
+    float row_m[kMT][2];      // running max of rows g, g+8 of each m16 tile (S units)
+    float row_l[kMT][2];      // running sum of those rows, this lane's columns only
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc_o[mt][dt][e] = 0.0f;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            row_m[mt][hf] = -INFINITY;
+            row_l[mt][hf] = 0.0f;
+        }
+    }
+
+    if (n_end > n_min) {
+        fa_load_tile<kBlockM, kD>(sQ, q, prm.q_ss, sq - i0, tid);
+        const int j0 = (n_end - 1) * kBlockN;
+        fa_load_tile<kBlockN, kD>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, tid);
+        fa_load_tile<kBlockN, kD>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
+                                  tid);
+        fa_cp_async_commit();
+    }
+    for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
+        const int j0 = n * kBlockN;
+        fa_cp_async_wait_all();
+        // K(n), V(n) (and Q) visible to all; every warp is done with the other stage
+        __syncthreads();
+        if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
+            const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
+            const int jn = j0 - kBlockN;
+            fa_load_tile<kBlockN, kD>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, tid);
+            fa_load_tile<kBlockN, kD>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn, tid);
+            fa_cp_async_commit();
+        }
+        const uint32_t sK = sQ + kQBytes + stage * 2 * kKVBytes, sV = sK + kKVBytes;
+        /* Re-derived each block so the per-tile ldmatrix addresses are not all hoisted out of
+         * the loop into registers. */
+        const uint32_t lq = fa_opaque(lane_q), lk = fa_opaque(lane_k), lv = fa_opaque(lane_v);
+
+        float s[kMT][kNT][4]; // S: [kWarpRows, kBlockN] per warp, C fragments
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    s[mt][nt][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+            uint32_t qa[kMT][4]; // A: Q[16 rows, 16 d] per m16 tile
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+                fa_ldsm_x4(qa[mt], sQ + fa_swz_at<kD>(lq, mt * 16, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < kNT; nt += 2) {
+                uint32_t kb[4]; // B: K[16 keys, 16 d] = two n8 tiles x two k halves
+                fa_ldsm_x4(kb, sK + fa_swz_at<kD>(lk, nt * 8, 2 * kk));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    fa_mma16816<kBf16>(s[mt][nt], qa[mt], kb[0], kb[1]);
+                    fa_mma16816<kBf16>(s[mt][nt + 1], qa[mt], kb[2], kb[3]);
+                }
+            }
+        }
+
+        /* Softcap, ALiBi, mask: the CPU's fa__score_epilogue, in the exp2 domain. */
+        if (prm.softcap_l2 != 0.0f) { // c·log2(e)·tanh(scale·s/c), tanh(x) = 1 - 2/(e^2x + 1)
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float e2x = fa_exp2(s[mt][nt][e] * prm.softcap_in);
+                        s[mt][nt][e] = prm.softcap_l2 * (1.0f - __fdividef(2.0f, e2x + 1.0f));
+                    }
+        } else if (epi) {
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[mt][nt][e] *= prm.scale_l2;
+        }
+        if (prm.alibi) { // - slope·log2(e)·|i + off - key|
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    // i + off - key at key j0 + 2t
+                    const int d0 = i0 + wrow + mt * 16 + hf * 8 + g + off - j0 - 2 * t;
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            s[mt][nt][2 * hf + e] -= slope_l2 * fabsf((float)(d0 - nt * 8 - e));
+                }
+        }
+        if (j0 < lo_last || j0 + kBlockN > hi_first) { // the block straddles the band's edge
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int i = i0 + wrow + mt * 16 + hf * 8 + g;         // this row's query
+                    const int lo = fa_key_lo(prm, i, off, sk) - j0 - 2 * t; // relative to j0 + 2t
+                    const int hi = fa_key_hi(prm, i, off, sk) - j0 - 2 * t;
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            if (nt * 8 + e < lo || nt * 8 + e >= hi)
+                                s[mt][nt][2 * hf + e] = -INFINITY;
+                }
+        }
+
+        /* Online softmax, row by row (rows g and g+8 of each m16 tile). */
+        // P: [kWarpRows, kBlockN] per warp, S's C fragments packed as f16x2/bf16x2
+        uint32_t p[kMT][kNT][2];
+        float alpha[kMT][2]; // O's rescale factor per row
+        bool rescale = false;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float mx = row_m[mt][hf];
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                /* Nothing visible yet (mx = -inf): subtract 0, so P = 2^-inf = 0, not NaN. */
+                const float m_use = mx == -INFINITY ? 0.0f : mx * mult;
+                const bool grew = mx != row_m[mt][hf]; // growing from -inf: alpha = 2^-inf = 0
+                alpha[mt][hf] = grew ? fa_exp2(row_m[mt][hf] * mult - m_use) : 1.0f;
+                rescale |= grew;
+                row_m[mt][hf] = mx;
+                float sum = 0.0f; // l takes the fp32 P, P V the rounded one
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt) {
+                    const float p0 = fa_exp2(fmaf(s[mt][nt][2 * hf], mult, -m_use));
+                    const float p1 = fa_exp2(fmaf(s[mt][nt][2 * hf + 1], mult, -m_use));
+                    sum += p0 + p1;
+                    p[mt][nt][hf] = fa_pack2<kBf16>(p0, p1);
+                }
+                row_l[mt][hf] = row_l[mt][hf] * alpha[mt][hf] + sum;
+            }
+        }
+        if (__any_sync(0xffffffffu, rescale)) { // else every alpha of the warp is 1
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        acc_o[mt][dt][e] *= alpha[mt][e / 2];
+        }
+
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+            uint32_t pa[kMT][4]; // A: P[16 rows, 16 keys] = P tiles 2kk and 2kk+1
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                pa[mt][0] = p[mt][2 * kk][0];
+                pa[mt][1] = p[mt][2 * kk][1];
+                pa[mt][2] = p[mt][2 * kk + 1][0];
+                pa[mt][3] = p[mt][2 * kk + 1][1];
+            }
+#pragma unroll
+            for (int dt = 0; dt < kDT; dt += 2) {
+                uint32_t vb[4]; // B: V[16 keys, 16 d] = two k halves x two n8 tiles, transposed
+                fa_ldsm_x4_trans(vb, sV + fa_swz_at<kD>(lv, kk * 16, dt));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    fa_mma16816<kBf16>(acc_o[mt][dt], pa[mt], vb[0], vb[1]);
+                    fa_mma16816<kBf16>(acc_o[mt][dt + 1], pa[mt], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+
+    /* Epilogue. No cp.async is in flight: the last iteration waited for its stage and loaded
+     * nothing, and an empty band loaded nothing at all. Each warp reads only its own Q rows, so it
+     * may overwrite them once its lanes are past their last ldmatrix. */
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float l = row_l[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            const float inv = l > 0.0f ? __fdividef(1.0f, l) : 0.0f; // l >= 1 when > 0
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt) {
+                acc_o[mt][dt][2 * hf] *= inv;
+                acc_o[mt][dt][2 * hf + 1] *= inv;
+            }
+            const int i = i0 + wrow + mt * 16 + hf * 8 + g;
+            if (prm.lse && t == 0 && i < sq)
+                prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
+                    l > 0.0f ? (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F : -INFINITY;
+        }
+    }
+    __syncwarp();
+    // O tile: [kWarpRows, kD] in this warp's Q rows, same swizzle
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+                *(uint32_t *)(smem + fa_swz<kD>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
+                    fa_pack2<kBf16>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
+    __syncwarp();
+    char *o = prm.o + b * prm.o_sb + (int64_t)(rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
+    constexpr int kChunks = kD / 8;
+#pragma unroll
+    for (int it = 0; it < kWarpRows * kChunks / 32; ++it) {
+        const int c = lane + it * 32, r = c / kChunks, ch = c % kChunks;
+        if (i0 + wrow + r < sq)
+            *(uint4 *)(o + r * prm.o_ss + ch * 16) =
+                *(const uint4 *)(smem + fa_swz<kD>(wrow + r, ch));
+    }
+}
+
+/* One launch: blocks CTAs of kThreads, Q plus two K/V stages of shared memory. */
+template <int kD, int kBlockN, bool kBf16>
+static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaStream_t stream) {
+    constexpr int smem = (kBlockM + 4 * kBlockN) * kD * 2;
+    if (smem > 48 * 1024) {
+        const cudaError_t err =
+            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockN, kBf16>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (err != cudaSuccess)
+            return err;
+    }
+    fa_mma_fwd_kernel<kD, kBlockN, kBf16><<<(unsigned)blocks, kThreads, smem, stream>>>(prm);
+    return cudaGetLastError();
+}
+
+/* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection. */
+static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
+    return x->dtype == dtype && x->sd == 1 && x->ss % 8 == 0 && x->sh % 8 == 0 && x->sb % 8 == 0 &&
+           ((uintptr_t)x->data & 15) == 0 && !x->row_off && !x->block_table && !x->batch_idx;
+}
+
+/* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */
+enum { kMaxLen = 1 << 29, kMaxWindow = 1 << 30 };
+
+int fa__mma_supported(const fa__problem *p, int sm) {
+    const int32_t dt = p->q.dtype;
+    if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
+        return 0;
+    if (p->D != 64 && p->D != 128)
+        return 0;
+    if (p->dropout_p != 0.0f || p->seqlens_k)
+        return 0;
+    if (!fa_mma_view_ok(&p->q, dt) || !fa_mma_view_ok(&p->k, dt) || !fa_mma_view_ok(&p->v, dt) ||
+        !fa_mma_view_ok(&p->out, dt))
+        return 0;
+    /* The row max is taken on raw q·k and scaled after, which needs scale > 0. */
+    if (!(p->scale > 0.0f) ||
+        (p->softcap > 0.0f && !isfinite(2.0f * FA_LOG2E_F * (p->scale / p->softcap))))
+        return 0;
+    if (p->Sq > kMaxLen || p->Sk > kMaxLen || p->Hk < 1 || p->H % p->Hk != 0)
+        return 0;
+    /* The grid is one dimension: query blocks x batch x heads CTAs. */
+    const int64_t nqb = (p->Sq + kBlockM - 1) / kBlockM;
+    return p->H <= INT32_MAX && p->B <= INT32_MAX && p->B * p->H <= INT32_MAX &&
+           (nqb == 0 || p->B * p->H <= INT32_MAX / nqb);
+}
+
+cudaError_t fa__mma_forward(const fa__problem *p, const int32_t *cu_q_dev, const int32_t *cu_k_dev,
+                            cudaStream_t stream) {
+    const int64_t nqb = (p->Sq + kBlockM - 1) / kBlockM, blocks = nqb * p->B * p->H;
+    if (blocks == 0)
+        return cudaSuccess;
+    fa_mma_params prm;
+    prm.q = (const char *)p->q.data;
+    prm.k = (const char *)p->k.data;
+    prm.v = (const char *)p->v.data;
+    prm.o = (char *)p->out.data;
+    prm.q_sb = 2 * p->q.sb, prm.q_ss = 2 * p->q.ss, prm.q_sh = 2 * p->q.sh;
+    prm.k_sb = 2 * p->k.sb, prm.k_ss = 2 * p->k.ss, prm.k_sh = 2 * p->k.sh;
+    prm.v_sb = 2 * p->v.sb, prm.v_ss = 2 * p->v.ss, prm.v_sh = 2 * p->v.sh;
+    prm.o_sb = 2 * p->out.sb, prm.o_ss = 2 * p->out.ss, prm.o_sh = 2 * p->out.sh;
+    prm.lse = p->lse;
+    prm.lse_sb = p->lse_sb, prm.lse_sh = p->lse_sh, prm.lse_ss = p->lse_ss;
+    prm.cu_q = cu_q_dev;
+    prm.cu_k = cu_k_dev;
+    prm.alibi = p->alibi;
+    prm.alibi_sb = p->alibi_sb, prm.alibi_sh = p->alibi_sh;
+    prm.Sq = (int)p->Sq, prm.Sk = (int)p->Sk, prm.H = (int)p->H, prm.group = (int)(p->H / p->Hk);
+    prm.nqb = (int)nqb;
+    /* A window wider than any |i + off - j| is unbounded either way. */
+    prm.window_left = p->window_left > kMaxWindow ? kMaxWindow : p->window_left;
+    prm.window_right = p->window_right > kMaxWindow ? kMaxWindow : p->window_right;
+    prm.scale_l2 = p->scale * FA_LOG2E_F;
+    prm.softcap_in = p->softcap > 0.0f ? 2.0f * FA_LOG2E_F * (p->scale / p->softcap) : 0.0f;
+    prm.softcap_l2 = p->softcap > 0.0f ? p->softcap * FA_LOG2E_F : 0.0f;
+
+    const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
+    if (p->D == 64)
+        return bf16 ? fa_mma_launch<64, 128, true>(prm, blocks, stream)
+                    : fa_mma_launch<64, 128, false>(prm, blocks, stream);
+    if (p->D == 128)
+        return bf16 ? fa_mma_launch<128, 32, true>(prm, blocks, stream)
+                    : fa_mma_launch<128, 32, false>(prm, blocks, stream);
+    return cudaErrorInvalidValue;
+}
