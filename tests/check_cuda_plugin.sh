@@ -36,7 +36,7 @@ fi
 if [ -n "${FA_CUDA_ARCHS:-}" ] && command -v cuobjdump >/dev/null; then
     have=$(cuobjdump --list-elf "$plugin" | grep -o 'sm_[0-9]*a\?' | sort -u | tr '\n' ' ')
     echo "== machine code for: $have"
-    for arch in ${FA_CUDA_ARCHS//;/ }; do
+    for arch in ${FA_CUDA_ARCHS//[;,]/ }; do
         if ! grep -qw "sm_$arch" <<<"$have"; then
             echo "FAIL: no sm_$arch machine code in the plug-in"
             status=1

@@ -707,6 +707,9 @@ static void status_and_version(void) {
 }
 
 int main(void) {
+    /* The device cases tag host buffers as CUDA memory: keep them away from a real plug-in and GPU
+     * (tests/test_cuda.c covers those), so they always meet the missing-plug-in error. */
+    setenv("FA_CUDA_PLUGIN", "/nonexistent/flashattn-test_errors/libflashattn_cuda.so", 1);
     tu_seed_init("test_errors");
     group_begin();
     common_errors(0);
