@@ -45,7 +45,7 @@ format:
 	clang-format -i $(C_SOURCES)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-aarch64
+	rm -rf $(BUILD) $(ASAN_BUILD) build-aarch64 build-gpu
 
 # ---------------------------------------------------------------------------------------------
 # Python package (python/, pyproject.toml). A virtual environment in $(VENV) holds what the
@@ -136,3 +136,12 @@ AARCH64_BUILD ?= build-aarch64
 
 test-aarch64:
 	JOBS=$(JOBS) scripts/test-aarch64.sh $(AARCH64_BUILD)
+
+# ---------------------------------------------------------------------------------------------
+# GPU (a machine with an NVIDIA GPU, nvcc and PyTorch): build the CUDA plug-in for this GPU in
+# build-gpu/, run the GPU tests and benchmark the forward against torch SDPA (flash, cuDNN).
+# ---------------------------------------------------------------------------------------------
+.PHONY: gpu-check
+
+gpu-check:
+	scripts/gpu-check.sh

@@ -6,6 +6,9 @@
 The package is pure Python over libflashattn (ctypes): nothing is compiled against Python or
 PyTorch, so one wheel serves every CPython >= 3.9 and every torch version. `python -m flashattn`
 checks the installation against an fp64 reference.
+
+PyTorch tensors may be on the CPU or on a CUDA device (forward through the library's CUDA
+plug-in, on torch's current stream; `flashattn.cuda_available()` says whether it can run there).
 """
 
 import sys as _sys
@@ -17,6 +20,7 @@ from ._lib import (
     FlashAttnTypeError,
     FlashAttnValueError,
     build_info,
+    cuda_available,
     library_path,
 )
 from ._lib import version as library_version
@@ -48,6 +52,7 @@ __all__ = [
     "library_path",
     "library_version",
     "build_info",
+    "cuda_available",
     "__version__",
 ]
 

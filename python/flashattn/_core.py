@@ -104,6 +104,10 @@ class NumpyBackend:
         return np.full(shape, value, dtype=dt)
 
     @staticmethod
+    def cuda_stream(index):
+        return None  # NumPy arrays live on the CPU
+
+    @staticmethod
     def draw_seed():
         # NumPy's global generator, so np.random.seed() makes dropout reproducible.
         return int(np.random.randint(0, 2 ** 63 - 1, dtype=np.int64))
@@ -157,16 +161,59 @@ def norm_softcap(softcap):
     return 0.0 if softcap <= 0.0 else softcap
 
 
+def _dev(t):
+    return (int(t.device), int(t.device_index) if t.device != _lib.DEVICE_CPU else 0)
+
+
+def _device_name(t):
+    return "cpu" if t.device == _lib.DEVICE_CPU else f"cuda:{t.device_index}"
+
+
+# Tensors that may stay on the host when the others are on a CUDA device (the C library reads
+# them there either way).
+_HOST_OK = ("cu_seqlens_q", "cu_seqlens_k")
+
+
+def call_device(named):
+    """(device, device_index) of a call whose tensors are named = [(name, Tensor or None)]:
+    every tensor must be on one device, except cu_seqlens, which may also be on the CPU.
+    Checked here, before the C call, so the error names the tensors."""
+    present = [(n, t) for n, t in named if t is not None]
+    main = next(((n, t) for n, t in present if n not in _HOST_OK), None)
+    if main is None:
+        return _lib.DEVICE_CPU, 0
+    for name, t in present:
+        if _dev(t) == _dev(main[1]):
+            continue
+        host_ok = name in _HOST_OK
+        if host_ok and t.device == _lib.DEVICE_CPU:
+            continue
+        raise _device_error(name, t, main, host_ok)
+    return _dev(main[1])
+
+
+def _device_error(name, t, main, host_ok=False):
+    extra = " or on the CPU" if host_ok else " (cu_seqlens may also be on the CPU)"
+    return _lib.FlashAttnRuntimeError(
+        f"flashattn: FA_ERR_DEVICE: {name} is on {_device_name(t)} but {main[0]} is on "
+        f"{_device_name(main[1])}; every tensor of a call must be on one device{extra}",
+        status=-8, status_name="FA_ERR_DEVICE")
+
+
 def _params(bk, dropout_p, softmax_scale, causal, wl, wr, softcap, alibi_slopes, seed, offset,
-            keep):
+            keep, named=()):
+    """fa_params for a call whose tensors are named = [(name, Tensor)]: checks that they and
+    alibi_slopes share one device and, on CUDA, passes the backend's current stream."""
     wl, wr = norm_window(wl, wr)
     alibi = None
     if alibi_slopes is not None:
         alibi, a = bk.view(alibi_slopes, "alibi_slopes", "float32")
         keep.append(a)
+    dev, idx = call_device(list(named) + [("alibi_slopes", alibi)])
+    stream = bk.cuda_stream(idx) if dev == _lib.DEVICE_CUDA else None
     return _lib.params(softmax_scale=softmax_scale, causal=causal, window_left=wl,
                        window_right=wr, softcap=norm_softcap(softcap), alibi=alibi,
-                       dropout_p=dropout_p, seed=seed, offset=offset)
+                       dropout_p=dropout_p, seed=seed, offset=offset, cuda_stream=stream)
 
 
 def _views(bk, names_arrays, output=False):
@@ -176,6 +223,10 @@ def _views(bk, names_arrays, output=False):
         views.append(t)
         keep.append(k)
     return views, keep
+
+
+def _named(names, views):
+    return list(zip(names, views))
 
 
 def _probs_dmask(bk, q, k, cu_q, cu_k, max_q, max_k, p, dropout_p, softmax_scale,
@@ -228,11 +279,11 @@ def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_siz
     out = bk.empty((B, Sq, H, D), like=q)
     lse = bk.empty((B, H, Sq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
-    (tq, tk, tv, to, tl), keep = _views(bk, [("q", q), ("k", k), ("v", v), ("out", out),
-                                            ("softmax_lse", lse)])
+    names = ("q", "k", "v", "out", "softmax_lse")
+    views, keep = _views(bk, list(zip(names, (q, k, v, out, lse))))
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep)
-    _lib.forward(p, tq, tk, tv, to, tl)
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
+    _lib.forward(p, *views)
     if return_softmax:
         S = _probs_dmask(bk, q, k, None, None, None, None, p, dropout_p, softmax_scale,
                          causal, window_size_left, window_size_right, softcap, alibi_slopes,
@@ -263,11 +314,11 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
     out = bk.empty((Tq, H, D), like=q)
     lse = bk.empty((H, Tq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
-    (tq, tk, tv, tcq, tck, to, tl), keep = _views(bk, [
-        ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_k", cu_seqlens_k), ("out", out), ("softmax_lse", lse)])
+    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "out", "softmax_lse")
+    views, keep = _views(bk, list(zip(names, (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse))))
+    tq, tk, tv, tcq, tck, to, tl = views
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep)
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
     _lib.varlen_forward(p, tq, tk, tv, tcq, tck, max_seqlen_q, max_seqlen_k, to, tl)
     if return_softmax:
         S = _probs_dmask(bk, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -316,13 +367,14 @@ def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout
     (B, H, Sq). The backward is always deterministic; `deterministic` is accepted and ignored."""
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
-    views, keep = _views(bk, [("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-                              ("softmax_lse", softmax_lse)])
+    names = ("q", "k", "v", "out", "dout", "softmax_lse")
+    views, keep = _views(bk, list(zip(names, (q, k, v, out, dout, softmax_lse))))
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep)
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
 
     def call(dq_, dk_, dv_):
         grads, _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)], output=True)
+        call_device(_named(names, views) + _named(("dq", "dk", "dv"), grads))
         _lib.backward(p, *views, *grads)
 
     _gradients(bk, call, dq, dk, dv)
@@ -336,16 +388,17 @@ def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, 
     """Varlen flash_attn_backward; softmax_d is (H, total_q)."""
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
-    (tq, tk, tv, to, tdo, tl, tcq, tck), keep = _views(bk, [
-        ("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout),
-        ("softmax_lse", softmax_lse), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_k", cu_seqlens_k)])
+    names = ("q", "k", "v", "out", "dout", "softmax_lse", "cu_seqlens_q", "cu_seqlens_k")
+    views, keep = _views(bk, list(zip(names, (q, k, v, out, dout, softmax_lse, cu_seqlens_q,
+                                              cu_seqlens_k))))
+    tq, tk, tv, to, tdo, tl, tcq, tck = views
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep)
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
 
     def call(dq_, dk_, dv_):
         (tdq, tdk, tdv), _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)],
                                         output=True)
+        call_device(_named(names, views) + [("dq", tdq), ("dk", tdk), ("dv", tdv)])
         _lib.varlen_backward(p, tq, tk, tv, to, tdo, tl, tcq, tck, max_seqlen_q, max_seqlen_k,
                              tdq, tdk, tdv)
 
@@ -413,8 +466,10 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     fields["num_splits"] = int(num_splits)
     kv = _lib.kvcache(fields)
     (tq, to, tl), keep2 = _views(bk, [("q", q), ("out", out), ("softmax_lse", lse)])
+    named = [("q", tq), ("out", to), ("softmax_lse", tl)]
+    named += [(n, t) for n, t in fields.items() if isinstance(t, _lib.Tensor)]
     p = _params(bk, 0.0, softmax_scale, causal, window_size[0], window_size[1], softcap,
-                alibi_slopes, 0, 0, keep2)
+                alibi_slopes, 0, 0, keep2, named)
     _lib.forward_kvcache(p, tq, kv, to, tl)
     return out, lse
 

@@ -25,6 +25,7 @@ __all__ = [
     "lib", "library_path", "version", "build_info", "params",
     "forward", "varlen_forward", "backward", "varlen_backward", "dropout_mask",
     "KvCache", "has_kvcache", "kvcache", "forward_kvcache",
+    "PARAMS_SIZE_V1", "params_struct_size", "device_count", "cuda_available",
 ]
 
 # fa_dtype / fa_device (include/flashattn.h)
@@ -64,7 +65,8 @@ class Tensor(ctypes.Structure):
 
 class Params(ctypes.Structure):
     """fa_params as this binding knows it. The library may know a longer struct (fields are only
-    ever appended), so params() lets the library fill a larger zeroed buffer first."""
+    ever appended), so params() lets the library fill a larger zeroed buffer first; a library
+    from before cuda_stream (struct_size PARAMS_SIZE_V1) is still accepted for CPU tensors."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -77,8 +79,13 @@ class Params(ctypes.Structure):
         ("dropout_p", ctypes.c_float),
         ("dropout_seed", ctypes.c_uint64),
         ("dropout_offset", ctypes.c_uint64),
+        # CUDA tensors only: the cudaStream_t the work is enqueued on (None = legacy default).
+        ("cuda_stream", ctypes.c_void_p),
     ]
 
+
+# sizeof(fa_params) before cuda_stream was appended: libraries of that size know no CUDA.
+PARAMS_SIZE_V1 = Params.cuda_stream.offset
 
 _PARAMS_BUFFER = 1024  # bytes: room for fields a newer library may have appended
 
@@ -195,6 +202,11 @@ def _declare(cdll):
     optional = {  # newer entry points: absent in an older library, which is still usable
         "fa_kvcache_init": (None, [c.c_void_p]),
         "fa_forward_kvcache": (c.c_int, [c.c_void_p, c.c_void_p, T, c.c_void_p, T, T]),
+        "fa_device_count": (c.c_int, [c.c_int, P(c.c_int32)]),
+        "fa_device_alloc": (c.c_int, [c.c_int, c.c_int32, c.c_size_t, P(c.c_void_p)]),
+        "fa_device_free": (c.c_int, [c.c_int, c.c_int32, c.c_void_p]),
+        "fa_device_copy": (c.c_int, [c.c_void_p, c.c_int, c.c_void_p, c.c_int, c.c_int32,
+                                     c.c_size_t]),
     }
     for name, (res, args) in list(sigs.items()) + list(optional.items()):
         if name in optional and not hasattr(cdll, name):
@@ -271,21 +283,37 @@ _F32_MAX = 3.4028234663852886e38
 _F32_MIN_SUBNORMAL = 1.401298464324817e-45
 
 
+def params_struct_size():
+    """sizeof(fa_params) as the loaded library's fa_params_init reports it."""
+    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
+    lib().fa_params_init(buf)
+    return Params.from_buffer(buf).struct_size
+
+
 def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
-           alibi=None, dropout_p=0.0, seed=0, offset=0):
+           alibi=None, dropout_p=0.0, seed=0, offset=0, cuda_stream=None):
     """An fa_params filled by fa_params_init and then with these values, as a ctypes buffer.
 
     softmax_scale None means the default 1/sqrt(D). The C library reads 0 as "default", so an
     explicit 0.0 is passed as the smallest positive float, which gives the same (uniform)
-    probabilities. alibi is a Tensor or None."""
+    probabilities. alibi is a Tensor or None. cuda_stream is a cudaStream_t as an int (None or 0:
+    the legacy default stream); it needs a library that knows the field."""
     buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
     L = lib()
     L.fa_params_init(buf)
     p = Params.from_buffer(buf)
-    if p.struct_size < ctypes.sizeof(Params) or p.struct_size > _PARAMS_BUFFER:
+    if p.struct_size < PARAMS_SIZE_V1 or p.struct_size > _PARAMS_BUFFER:
         raise FlashAttnRuntimeError(
             f"flashattn: the loaded library's fa_params is {p.struct_size} bytes; this binding "
-            f"needs {ctypes.sizeof(Params)}..{_PARAMS_BUFFER} ({_lib_path}: version {version()})")
+            f"needs {PARAMS_SIZE_V1}..{_PARAMS_BUFFER} ({_lib_path}: version {version()})")
+    if cuda_stream:
+        if p.struct_size < ctypes.sizeof(Params):
+            raise FlashAttnRuntimeError(
+                f"fa_params: FA_ERR_DEVICE: the loaded library ({_lib_path}, version "
+                f"{version()}) predates CUDA streams (its fa_params is {p.struct_size} bytes, "
+                f"without cuda_stream); CUDA tensors need a newer libflashattn", status=-8,
+                status_name="FA_ERR_DEVICE")
+        p.cuda_stream = int(cuda_stream)
     if softmax_scale is not None:
         s = float(softmax_scale)
         if s == 0.0:
@@ -361,6 +389,42 @@ def kvcache(fields):
             value.data = ctypes.addressof(_EMPTY)
         setattr(kv, name, value)
     return buf
+
+
+def device_count(device=DEVICE_CUDA):
+    """fa_device_count: the number of devices of that kind (CUDA: 0 when the plug-in loads but
+    sees no GPU). Raises FlashAttnRuntimeError (FA_ERR_DEVICE) when the plug-in or the driver
+    cannot be loaded, or when the loaded library has no fa_device_count."""
+    L = lib()
+    if not hasattr(L, "fa_device_count"):
+        raise FlashAttnRuntimeError(
+            f"fa_device_count: FA_ERR_DEVICE: the loaded library ({_lib_path}, version "
+            f"{version()}) has no device support (it predates the CUDA plug-in)", status=-8,
+            status_name="FA_ERR_DEVICE")
+    n = ctypes.c_int32(0)
+    _check(L.fa_device_count(int(device), ctypes.byref(n)), "fa_device_count")
+    return int(n.value)
+
+
+def cuda_available():
+    """(True, description) when libflashattn can run on a CUDA GPU: the library loads, its CUDA
+    plug-in (libflashattn_cuda.so) and the NVIDIA driver load, and at least one GPU is visible.
+    Otherwise (False, why). Never raises; needs no PyTorch."""
+    try:
+        L = lib()
+    except ImportError as e:
+        return False, str(e)
+    try:
+        n = device_count(DEVICE_CUDA)
+    except FlashAttnError as e:
+        return False, str(e)
+    if n <= 0:
+        return False, "fa_device_count: the CUDA plug-in loaded but sees no CUDA device"
+    if params_struct_size() < ctypes.sizeof(Params):
+        return False, (f"the loaded library ({_lib_path}) has no cuda_stream in fa_params; "
+                       f"CUDA tensors need a newer libflashattn")
+    info = L.fa_build_info().decode()
+    return True, f"{n} CUDA device{'s' if n != 1 else ''} ({info})"
 
 
 def forward_kvcache(p, q, kv, out, lse):

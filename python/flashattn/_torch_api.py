@@ -56,7 +56,8 @@ class TorchBackend:
         if dev.type == "cpu":
             device, index = _lib.DEVICE_CPU, 0
         elif dev.type == "cuda":
-            # The C library answers FA_ERR_DEVICE until the CUDA plug-in exists.
+            # Device memory: the library runs the call through its CUDA plug-in (or answers
+            # FA_ERR_DEVICE when the plug-in or the driver is missing).
             device, index = _lib.DEVICE_CUDA, dev.index if dev.index is not None else 0
         else:
             raise FlashAttnRuntimeError(
@@ -84,12 +85,21 @@ class TorchBackend:
         return torch.full(shape, value, dtype=dt, device=like.device)
 
     @staticmethod
+    def cuda_stream(index):
+        """The cudaStream_t (an int; 0 = the legacy default stream) of torch's current stream
+        on CUDA device index: the library enqueues its work there, ordered with torch's."""
+        return torch.cuda.current_stream(index).cuda_stream
+
+    @staticmethod
     def draw_seed():
-        # torch's default generator, so torch.manual_seed() makes dropout reproducible.
+        # torch's default (CPU) generator for every device, so torch.manual_seed() makes dropout
+        # reproducible and a CUDA call draws the same seed, hence the same mask, as a CPU call.
         return int(torch.empty((), dtype=torch.int64).random_().item())
 
     @staticmethod
     def rng_state(seed, offset, like):
+        if seed == 0 and offset == 0:  # no dropout: no host-to-device copy on CUDA
+            return torch.zeros((2,), dtype=torch.int64, device=like.device)
         return torch.tensor([seed, offset], dtype=torch.int64, device=like.device)
 
     @staticmethod

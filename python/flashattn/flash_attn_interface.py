@@ -8,6 +8,12 @@ torch.compile. Same names, arguments, defaults, layouts and return values as fla
     from flashattn import flash_attn_func          # was: from flash_attn import flash_attn_func
     out = flash_attn_func(q, k, v, causal=True)    # q (B, Sq, H, D), k/v (B, Sk, Hk, D)
 
+PyTorch tensors may be on the CPU or on one CUDA device (every tensor of a call on the same
+device; cu_seqlens may also stay on the CPU): the forward then runs through libflashattn's CUDA
+plug-in on torch's current stream and returns tensors on that device. On CUDA tensors the backward
+and flash_attn_with_kvcache raise the library's FA_ERR_UNSUPPORTED (they run on the CPU only);
+`flashattn.cuda_available()` says whether the GPU path can run here.
+
 Differences from flash-attn (README "Python", docs/semantics.md): fp32 is accepted; any head dim
 1..256 without padding; softmax_lse is -inf (not +inf) on rows with no visible key; windows are
 taken literally (no rewriting of values >= seqlen_k); S_dmask is (B, H, Sq, Sk), not rounded up
