@@ -161,6 +161,10 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 
 # 2. Configure and build ------------------------------------------------------------------------
 CONFIGURE="cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFA_CUDA=ON"
+# CMake's default generator needs make; GPU images sometimes carry only ninja.
+if ! command -v make >/dev/null && command -v ninja >/dev/null && [[ ! -e $BUILD/CMakeCache.txt ]]; then
+    CONFIGURE+=" -G Ninja"
+fi
 [[ -n $ARCH ]] && CONFIGURE+=" -DFA_CUDA_ARCHS='$ARCH'"
 if run_step configure 180 0 "$CONFIGURE"; then
     run_step build-plugin 420 0 "cmake --build $BUILD --target flashattn_cuda -j $JOBS" || true
