@@ -23,7 +23,16 @@ fa_status fa__error(fa_status status, const char *fmt, ...) FA__PRINTF(2, 3);
 void fa__clear_error(void);
 
 /* Bytes per element of a dtype, 0 for an unknown dtype. */
-int fa__dtype_size(int32_t dtype);
+static inline int fa__dtype_size(int32_t dtype) {
+    switch (dtype) {
+    case FA_DTYPE_F32: return 4;
+    case FA_DTYPE_F16: return 2;
+    case FA_DTYPE_BF16: return 2;
+    case FA_DTYPE_I32: return 4;
+    case FA_DTYPE_U8: return 1;
+    }
+    return 0;
+}
 
 /* "f32", "f16", "bf16", "i32" or "unknown". */
 const char *fa__dtype_name(int32_t dtype);

@@ -11,17 +11,6 @@
 #include <stddef.h>
 #include <string.h>
 
-int fa__dtype_size(int32_t dtype) {
-    switch (dtype) {
-    case FA_DTYPE_F32: return 4;
-    case FA_DTYPE_F16: return 2;
-    case FA_DTYPE_BF16: return 2;
-    case FA_DTYPE_I32: return 4;
-    case FA_DTYPE_U8: return 1;
-    }
-    return 0;
-}
-
 const char *fa__dtype_name(int32_t dtype) {
     switch (dtype) {
     case FA_DTYPE_F32: return "f32";

@@ -126,20 +126,24 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
-        if (rows && j0 + FA_BC < j_hi) { /* decode: the next block loads while this one runs */
-            const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC;
-            fa__prefetch_rows(&p->k, b, rk + j0 + FA_BC, nn, t->hk0, t->nh, D);
-            fa__prefetch_rows(&p->v, b, rk + j0 + FA_BC, nn, t->hk0, t->nh, D);
-        }
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
             const void *krow[FA_BC], *vrow[FA_BC];
             if (rows) {
-                for (int64_t j = 0; j < n; j++) {
-                    krow[j] = fa__elem(&p->k, b, rk + j0 + j, hk);
-                    vrow[j] = fa__elem(&p->v, b, rk + j0 + j, hk);
+                /* decode: the next head's rows (or the next block's) load while these run; one
+                 * head ahead keeps what is in flight well inside L2 */
+                const int last = hk + 1 == t->hk0 + t->nh;
+                const int64_t pj = last ? j0 + FA_BC : j0, ph = last ? t->hk0 : hk + 1;
+                const int64_t pn = j_hi - pj < FA_BC ? j_hi - pj : FA_BC;
+                if (pn > 0) {
+                    fa__row_ptrs(&p->k, b, rk + pj, pn, ph, krow);
+                    fa__prefetch_rows(krow, pn, D * fa__dtype_size(p->k.dtype));
+                    fa__row_ptrs(&p->v, b, rk + pj, pn, ph, vrow);
+                    fa__prefetch_rows(vrow, pn, D * fa__dtype_size(p->v.dtype));
                 }
+                fa__row_ptrs(&p->k, b, rk + j0, n, hk, krow);
+                fa__row_ptrs(&p->v, b, rk + j0, n, hk, vrow);
                 kern->qk_rows((int)R, (int)n, (int)D, t->Q + base * ldq, D, krow, p->k.dtype, S, FA_BC);
             } else if (bf16) {
                 fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);

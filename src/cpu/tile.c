@@ -80,14 +80,20 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
     return pack;
 }
 
-void fa__prefetch_rows(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t hk0,
-                       int64_t nh, int64_t D) {
-    const int64_t bytes = D * fa__dtype_size(x->dtype);
+void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
+                  const void **rows) {
+    if (x->block_table) {
+        for (int64_t j = 0; j < n; j++) rows[j] = fa__elem(x, b, row0 + j, h);
+        return;
+    }
+    const char *first = fa__elem(x, b, row0, h);
+    const int64_t step = x->ss * fa__dtype_size(x->dtype);
+    for (int64_t j = 0; j < n; j++) rows[j] = first + j * step;
+}
+
+void fa__prefetch_rows(const void *const *rows, int64_t n, int64_t bytes) {
     for (int64_t j = 0; j < n; j++)
-        for (int64_t hk = hk0; hk < hk0 + nh; hk++) {
-            const char *row = fa__elem(x, b, row0 + j, hk);
-            for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at, 0, 2);
-        }
+        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch((const char *)rows[j] + at, 0, 2);
 }
 
 void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride) {

@@ -55,11 +55,15 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
                           int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
                           float *pack, float *tmp);
 
-/* Asks for rows row0..row0+n of heads hk0..hk0+nh (unit-stride rows of D elements) to be
- * loaded into cache: decode reads each cache row once, in pieces a token apart, which the
- * hardware prefetchers do not follow across pages. */
-void fa__prefetch_rows(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t hk0,
-                       int64_t nh, int64_t D);
+/* rows[j] = address of element (b, row0 + j, h, 0), j < n: one fa__elem, then a constant step,
+ * unless the view is paged. */
+void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
+                  const void **rows);
+
+/* Asks for rows[0..n) (unit-stride rows of `bytes` bytes) to be loaded into cache: decode reads
+ * each cache row once, in pieces a token apart, which the hardware prefetchers do not follow
+ * across pages. */
+void fa__prefetch_rows(const void *const *rows, int64_t n, int64_t bytes);
 
 /* bf16 operands for the vdpbf16ps products (kernels.h): pairs along the reduction dimension.
  * copy_bf16_row: n bf16 of a row (stride `stride`) into dst, plus a zero when n is odd.

@@ -103,7 +103,7 @@ static void pv_avx512(int m, int n, int d, const float *p, int64_t ldp, const fl
 
 
 /* 16 elements of a row of any dtype from element c on (fewer than 16 left: zero-filled). */
-static inline __m512 load16(const void *row, int32_t dtype, int c, int left) {
+static inline __attribute__((always_inline)) __m512 load16(const void *row, int32_t dtype, int c, int left) {
     if (dtype == FA_DTYPE_F32) return _mm512_maskz_loadu_ps(tail_mask(left), (const float *)row + c);
     __m256i h;
     if (left >= 16) {
@@ -142,7 +142,7 @@ static inline __m512 sum16(__m512 v[16]) {
 
 /* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction. DT is a
  * compile-time dtype in each caller, so the conversion is chosen outside the loops. */
-static inline void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq,
+static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq,
                               const void *const *k, const int32_t DT, float *s, int64_t lds) {
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
@@ -175,30 +175,54 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
     else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds);
 }
 
-/* Groups of 4 rows x 16 columns of d in 4 accumulators, summed over the keys, then
- * alpha O + sum. */
-static inline void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
+/* Rows i0..i0+3 of O, columns [c, c + 16·W) (W = 1 or 2 chunks; the last may be partial):
+ * 4·W named accumulators summed over the keys, then alpha O + sum. Named scalars, not an array,
+ * so the accumulators stay in registers (an array was kept on the stack, one store and reload
+ * per key). Rows past m repeat row i0's probabilities and are not stored. */
+static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p,
+                                int64_t ldp, const void *const *v, const int32_t DT,
+                                const float *alpha, float *o, int64_t ldo) {
+    const int rows = m - i0 < 4 ? m - i0 : 4;
+    const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
+    const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
+    const int left0 = d - c, left1 = d - c - 16;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* columns c .. c+15 */
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                  /* columns c+16 .. c+31 */
+    for (int j = 0; j < n; j++) {
+        const __m512 v0 = load16(v[j], DT, c, left0); // V[j, c:c+16]
+        const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
+        const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
+        a0 = _mm512_fmadd_ps(s0, v0, a0);
+        a1 = _mm512_fmadd_ps(s1, v0, a1);
+        a2 = _mm512_fmadd_ps(s2, v0, a2);
+        a3 = _mm512_fmadd_ps(s3, v0, a3);
+        if (W == 2) {
+            const __m512 v1 = load16(v[j], DT, c + 16, left1); // V[j, c+16:c+32]
+            b0 = _mm512_fmadd_ps(s0, v1, b0);
+            b1 = _mm512_fmadd_ps(s1, v1, b1);
+            b2 = _mm512_fmadd_ps(s2, v1, b2);
+            b3 = _mm512_fmadd_ps(s3, v1, b3);
+        }
+    }
+    const __m512 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    for (int w = 0; w < W; w++) {
+        const __mmask16 kd = tail_mask(d - c - 16 * w);
+        for (int ii = 0; ii < rows; ii++) {
+            float *oi = o + (i0 + ii) * ldo + c + 16 * w;
+            const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
+            _mm512_mask_storeu_ps(oi, kd,
+                                  _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[w][ii]));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
                               const void *const *v, const int32_t DT, const float *alpha, float *o,
                               int64_t ldo) {
     for (int i0 = 0; i0 < m; i0 += 4) {
-        const int rows = m - i0 < 4 ? m - i0 : 4;
-        for (int c = 0; c < d; c += 16) {
-            const __mmask16 kd = tail_mask(d - c);
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                             _mm512_setzero_ps()};
-            for (int j = 0; j < n; j++) {
-                const __m512 vj = load16(v[j], DT, c, d - c); // V[j, c:c+16]
-                for (int ii = 0; ii < 4; ii++) /* rows past m reuse row i0: not stored */
-                    acc[ii] = _mm512_fmadd_ps(
-                        _mm512_set1_ps(p[(i0 + (ii < rows ? ii : 0)) * ldp + j]), vj, acc[ii]);
-            }
-            for (int ii = 0; ii < rows; ii++) {
-                float *oi = o + (i0 + ii) * ldo + c;
-                const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
-                _mm512_mask_storeu_ps(oi, kd,
-                                      _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[ii]));
-            }
-        }
+        int c = 0;
+        for (; c + 16 < d; c += 32) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo);
+        if (c < d) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo);
     }
 }
 
