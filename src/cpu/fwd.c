@@ -129,22 +129,24 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
-            const void *krow[FA_BC], *vrow[FA_BC];
+            const void *krow[FA_BC], *vrow[FA_BC], *kpf[FA_BC], *vpf[FA_BC];
+            fa__prefetch kp = {kpf, 0, (int)(D * fa__dtype_size(p->k.dtype))};
+            fa__prefetch vp = {vpf, 0, (int)(D * fa__dtype_size(p->v.dtype))};
             if (rows) {
-                /* decode: the next head's rows (or the next block's) load while these run; one
-                 * head ahead keeps what is in flight well inside L2 */
+                /* decode: the next head's rows (or the next block's) load while these run,
+                 * spread over the products; one head ahead stays well inside L2 */
                 const int last = hk + 1 == t->hk0 + t->nh;
                 const int64_t pj = last ? j0 + FA_BC : j0, ph = last ? t->hk0 : hk + 1;
                 const int64_t pn = j_hi - pj < FA_BC ? j_hi - pj : FA_BC;
                 if (pn > 0) {
-                    fa__row_ptrs(&p->k, b, rk + pj, pn, ph, krow);
-                    fa__prefetch_rows(krow, pn, D * fa__dtype_size(p->k.dtype));
-                    fa__row_ptrs(&p->v, b, rk + pj, pn, ph, vrow);
-                    fa__prefetch_rows(vrow, pn, D * fa__dtype_size(p->v.dtype));
+                    fa__row_ptrs(&p->k, b, rk + pj, pn, ph, kpf);
+                    fa__row_ptrs(&p->v, b, rk + pj, pn, ph, vpf);
+                    kp.n = vp.n = (int)pn;
                 }
                 fa__row_ptrs(&p->k, b, rk + j0, n, hk, krow);
                 fa__row_ptrs(&p->v, b, rk + j0, n, hk, vrow);
-                kern->qk_rows((int)R, (int)n, (int)D, t->Q + base * ldq, D, krow, p->k.dtype, S, FA_BC);
+                kern->qk_rows((int)R, (int)n, (int)D, t->Q + base * ldq, D, krow, p->k.dtype, S,
+                              FA_BC, &kp);
             } else if (bf16) {
                 fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
@@ -169,7 +171,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
             }
             if (rows)
-                kern->pv_rows((int)R, (int)n, (int)D, S, FA_BC, vrow, p->v.dtype, t->alpha, O, D);
+                kern->pv_rows((int)R, (int)n, (int)D, S, FA_BC, vrow, p->v.dtype, t->alpha, O, D,
+                              &vp);
             else if (bf16)
                 kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
                               (const uint32_t *)t->Vpack, D, t->alpha, O, D);

@@ -60,10 +60,6 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
 void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
                   const void **rows);
 
-/* Asks for rows[0..n) (unit-stride rows of `bytes` bytes) to be loaded into cache: decode reads
- * each cache row once, in pieces a token apart, which the hardware prefetchers do not follow
- * across pages. */
-void fa__prefetch_rows(const void *const *rows, int64_t n, int64_t bytes);
 
 /* bf16 operands for the vdpbf16ps products (kernels.h): pairs along the reduction dimension.
  * copy_bf16_row: n bf16 of a row (stride `stride`) into dst, plus a zero when n is odd.

@@ -9,6 +9,12 @@
 
 #include <stdint.h>
 
+/* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each. */
+typedef struct fa__prefetch {
+    const void *const *rows;
+    int n, bytes;
+} fa__prefetch;
+
 typedef struct fa__cpu_kernels {
     const char *name; /* "ref", "avx2", ... as accepted by FA_CPU_ISA */
 
@@ -30,11 +36,14 @@ typedef struct fa__cpu_kernels {
      * where a set has none (the packed products above serve then). Rows are given by pointers
      * (any dtype: f32, f16, bf16, converted in registers), so paged caches need no copy.
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
-     *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo). */
+     *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
+     * pf: rows the caller reads next (NULL or pf->n == 0: none); each product spreads their
+     * prefetches over its key loop, a few lines per key, so they do not queue up in a burst. */
     void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
-                    int32_t dtype, float *s, int64_t lds);
+                    int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
-                    int32_t dtype, const float *alpha, float *o, int64_t ldo);
+                    int32_t dtype, const float *alpha, float *o, int64_t ldo,
+                    const fa__prefetch *pf);
 
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);

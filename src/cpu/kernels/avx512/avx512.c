@@ -140,12 +140,22 @@ static inline __m512 sum16(__m512 v[16]) {
                          _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
 }
 
+/* Prefetches row r of pf (all its lines), if there is one, into L2. */
+static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
+    if (pf && r < pf->n)
+        for (int at = 0; at < pf->bytes; at += 64)
+            _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
+}
+
 /* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction. DT is a
  * compile-time dtype in each caller, so the conversion is chosen outside the loops. */
 static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq,
-                              const void *const *k, const int32_t DT, float *s, int64_t lds) {
+                              const void *const *k, const int32_t DT, float *s, int64_t lds,
+                              const fa__prefetch *pf) {
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
+            if (i0 == 0) /* pf's rows, 4 per 4 keys */
+                for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const void *kr[4];
@@ -169,10 +179,11 @@ static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d
 }
 
 static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
-                           const void *const *k, int32_t dtype, float *s, int64_t lds) {
-    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds);
-    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds);
-    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds);
+                           const void *const *k, int32_t dtype, float *s, int64_t lds,
+                           const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
 }
 
 /* Rows i0..i0+3 of O, columns [c, c + 16·W) (W = 1 or 2 chunks; the last may be partial):
@@ -181,7 +192,8 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
  * per key). Rows past m repeat row i0's probabilities and are not stored. */
 static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p,
                                 int64_t ldp, const void *const *v, const int32_t DT,
-                                const float *alpha, float *o, int64_t ldo) {
+                                const float *alpha, float *o, int64_t ldo,
+                                const fa__prefetch *pf) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
@@ -189,6 +201,7 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* columns c .. c+15 */
     __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                  /* columns c+16 .. c+31 */
     for (int j = 0; j < n; j++) {
+        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
         const __m512 v0 = load16(v[j], DT, c, left0); // V[j, c:c+16]
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
@@ -218,20 +231,22 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
 
 static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
                               const void *const *v, const int32_t DT, const float *alpha, float *o,
-                              int64_t ldo) {
+                              int64_t ldo, const fa__prefetch *pf) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; c + 16 < d; c += 32) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo);
-        if (c < d) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo);
+        for (; c + 16 < d; c += 32, pf = NULL)
+            pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
+        if (c < d) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        pf = NULL;
     }
 }
 
 static void pv_rows_avx512(int m, int n, int d, const float *p, int64_t ldp,
                            const void *const *v, int32_t dtype, const float *alpha, float *o,
-                           int64_t ldo) {
-    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo);
-    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo);
-    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo);
+                           int64_t ldo, const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
 }
 
 /* 16 x 16 blocks through unpack, shuffle and 128-bit lane shuffles; rows past n load as zeros,
