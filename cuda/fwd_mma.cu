@@ -101,6 +101,10 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
 
 template <int kD, int kBlockN, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); // never launched: fa__mma_supported() needs sm >= 80 (cp.async, bf16 mma)
+    return;
+#endif
     constexpr int kRowBytes = kD * 2;
     constexpr int kMT = kBlockM / (16 * kWarps); // m16 tiles per warp
     constexpr int kWarpRows = 16 * kMT;
@@ -371,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 *(uint32_t *)(smem + fa_swz<kD>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
                     fa_pack2<kBf16>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
     __syncwarp();
-    char *o = prm.o + b * prm.o_sb + (int64_t)(rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
+    char *o = prm.o + b * prm.o_sb + ((int64_t)rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
     constexpr int kChunks = kD / 8;
 #pragma unroll
     for (int it = 0; it < kWarpRows * kChunks / 32; ++it) {

@@ -13,6 +13,7 @@
 #include "kernels.h"
 #include "plugin_abi.h"
 
+#include <cuda.h> /* CUcontext and CUresult only: libcuda is not linked */
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,19 +42,62 @@ static int fail(cudaError_t e, char *msg, size_t cap, const char *what_fmt, ...)
     return e == cudaErrorMemoryAllocation ? FA_ERR_NO_MEMORY : FA_ERR_DEVICE;
 }
 
-/* Makes device current; *prev gets the caller's current device for leave_device. */
-static int enter_device(int device, int *prev, char *msg, size_t cap) {
-    cudaError_t e = cudaGetDevice(prev);
+/* The driver's cuCtxGetCurrent / cuCtxSetCurrent, found through the runtime (the plug-in does
+ * not link libcuda); NULL where the driver does not offer them. */
+typedef CUresult (*fa_ctx_get_fn)(CUcontext *ctx);
+typedef CUresult (*fa_ctx_set_fn)(CUcontext ctx);
+typedef struct fa_ctx_api {
+    fa_ctx_get_fn get;
+    fa_ctx_set_fn set;
+} fa_ctx_api;
+
+static fa_ctx_api ctx_api_lookup(void) {
+    fa_ctx_api api = {NULL, NULL};
+    void *get = NULL, *set = NULL;
+    cudaDriverEntryPointQueryResult qg, qs;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &qg) ==
+            cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &qs) ==
+            cudaSuccess &&
+        qg == cudaDriverEntryPointSuccess && qs == cudaDriverEntryPointSuccess) {
+        api.get = (fa_ctx_get_fn)get;
+        api.set = (fa_ctx_set_fn)set;
+    }
+    (void)cudaGetLastError();
+    return api;
+}
+
+static const fa_ctx_api &ctx_api(void) {
+    static const fa_ctx_api api = ctx_api_lookup(); /* thread-safe initialization */
+    return api;
+}
+
+/* What was current on the calling thread before a call, restored by leave_device: the exact
+ * context when the driver tells us (none at all included, so a thread that never used CUDA is
+ * not left holding a context on device 0), else the current device. */
+typedef struct fa_saved_device {
+    int device, have_ctx;
+    CUcontext ctx;
+} fa_saved_device;
+
+/* Makes device current; *saved records the caller's state for leave_device. */
+static int enter_device(int device, fa_saved_device *saved, char *msg, size_t cap) {
+    const fa_ctx_api &api = ctx_api();
+    saved->have_ctx = api.get && api.set && api.get(&saved->ctx) == CUDA_SUCCESS;
+    cudaError_t e = cudaGetDevice(&saved->device);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "cudaGetDevice");
-    if (*prev != device && (e = cudaSetDevice(device)) != cudaSuccess)
+    if ((saved->device != device || (saved->have_ctx && !saved->ctx)) &&
+        (e = cudaSetDevice(device)) != cudaSuccess)
         return fail(e, msg, cap, "cudaSetDevice(%d)", device);
     return FA_OK;
 }
 
-static void leave_device(int device, int prev) {
-    if (prev != device)
-        (void)cudaSetDevice(prev);
+static void leave_device(int device, const fa_saved_device *saved) {
+    if (saved->have_ctx)
+        (void)ctx_api().set(saved->ctx);
+    else if (saved->device != device)
+        (void)cudaSetDevice(saved->device);
 }
 
 /* Compute capability 10·major + minor of each device, asked once (0 = not yet). */
@@ -99,7 +143,8 @@ static int plugin_device_describe(int device, char *buf, size_t bufcap, char *ms
 }
 
 static int plugin_alloc(int device, size_t bytes, void **ptr, char *msg, size_t cap) {
-    int prev, st = enter_device(device, &prev, msg, cap);
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
     void *mem = NULL;
@@ -108,18 +153,19 @@ static int plugin_alloc(int device, size_t bytes, void **ptr, char *msg, size_t 
         st = fail(e, msg, cap, "cudaMalloc of %zu bytes on device %d", bytes, device);
     else
         *ptr = mem;
-    leave_device(device, prev);
+    leave_device(device, &prev);
     return st;
 }
 
 static int plugin_release(int device, void *ptr, char *msg, size_t cap) {
-    int prev, st = enter_device(device, &prev, msg, cap);
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
     const cudaError_t e = cudaFree(ptr);
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "cudaFree(%p) on device %d", ptr, device);
-    leave_device(device, prev);
+    leave_device(device, &prev);
     return st;
 }
 
@@ -131,7 +177,8 @@ static int plugin_copy(void *dst, const void *src, size_t bytes, int kind, int d
         snprintf(msg, cap, "copy: direction %d is not one of FA__COPY_H2D/D2H/D2D", kind);
         return FA_ERR_VALUE;
     }
-    int prev, st = enter_device(device, &prev, msg, cap);
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[kind], (cudaStream_t)stream);
@@ -141,7 +188,7 @@ static int plugin_copy(void *dst, const void *src, size_t bytes, int kind, int d
         st = fail(e, msg, cap, "cudaStreamSynchronize after a copy of %zu bytes on device %d",
                   bytes, device);
     }
-    leave_device(device, prev);
+    leave_device(device, &prev);
     return st;
 }
 
@@ -159,18 +206,27 @@ static int run_forward(const fa__problem *p, int device, int sm, cudaStream_t st
 
     int32_t *cu_dev = NULL; // cu_dev: [2, B + 1], cu_q then cu_k
     const size_t ncu = (size_t)(p->B + 1), cu_bytes = ncu * sizeof(int32_t);
+    /* Stream-ordered allocation where the device has memory pools; else cudaMalloc, whose
+     * cudaFree waits for the device. */
+    int pools = 0;
+    if (varlen && cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) !=
+                      cudaSuccess)
+        pools = 0;
+    (void)cudaGetLastError();
     if (varlen) {
         /* From pageable memory the copies return once the host arrays are read, so they may be
          * reused as soon as this call returns (plugin_abi.h). */
-        if ((e = cudaMallocAsync((void **)&cu_dev, 2 * cu_bytes, stream)) != cudaSuccess)
-            return fail(e, msg, cap, "cudaMallocAsync of %zu bytes (cu_seqlens) on device %d",
+        e = pools ? cudaMallocAsync((void **)&cu_dev, 2 * cu_bytes, stream)
+                  : cudaMalloc((void **)&cu_dev, 2 * cu_bytes);
+        if (e != cudaSuccess)
+            return fail(e, msg, cap, "allocating %zu bytes (cu_seqlens) on device %d",
                         2 * cu_bytes, device);
         e = cudaMemcpyAsync(cu_dev, p->cu_q, cu_bytes, cudaMemcpyHostToDevice, stream);
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(cu_dev + ncu, p->cu_k, cu_bytes, cudaMemcpyHostToDevice, stream);
         if (e != cudaSuccess) {
             const int st = fail(e, msg, cap, "cudaMemcpyAsync of cu_seqlens to device %d", device);
-            (void)cudaFreeAsync(cu_dev, stream);
+            (void)(pools ? cudaFreeAsync(cu_dev, stream) : cudaFree(cu_dev));
             return st;
         }
     }
@@ -182,8 +238,9 @@ static int run_forward(const fa__problem *p, int device, int sm, cudaStream_t st
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)",
                   mma ? "fa__mma_forward" : "fa__simple_forward", device, sm);
-    if (cu_dev && (e = cudaFreeAsync(cu_dev, stream)) != cudaSuccess && st == FA_OK)
-        st = fail(e, msg, cap, "cudaFreeAsync of cu_seqlens on device %d", device);
+    if (cu_dev && (e = pools ? cudaFreeAsync(cu_dev, stream) : cudaFree(cu_dev)) != cudaSuccess &&
+        st == FA_OK)
+        st = fail(e, msg, cap, "freeing cu_seqlens on device %d", device);
     return st;
 }
 
@@ -194,7 +251,8 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
                  "not supported on CUDA");
         return FA_ERR_UNSUPPORTED;
     }
-    int prev, sm, st = enter_device(device, &prev, msg, cap);
+    fa_saved_device prev;
+    int sm, st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
     const cudaError_t e = device_sm(device, &sm);
@@ -202,19 +260,20 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
         st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
     else
         st = run_forward(p, device, sm, (cudaStream_t)stream, msg, cap);
-    leave_device(device, prev);
+    leave_device(device, &prev);
     return st;
 }
 
 static int plugin_dropout_mask(const fa__problem *p, int device, void *stream, char *msg,
                                size_t cap) {
-    int prev, st = enter_device(device, &prev, msg, cap);
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
     const cudaError_t e = fa__dropout_mask_kernel(p, (cudaStream_t)stream);
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "dropout_mask_kernel launch on device %d", device);
-    leave_device(device, prev);
+    leave_device(device, &prev);
     return st;
 }
 

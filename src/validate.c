@@ -99,6 +99,9 @@ fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const c
     if (!t->data)
         return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL for a non-empty tensor", name);
     const uintptr_t begin = (uintptr_t)t->data;
+    if (t->device == FA_DEVICE_CUDA && begin % (uintptr_t)esize != 0)
+        return fa__error(FA_ERR_STRIDE, "%s: data %p is not aligned to its %d-byte elements, which "
+                         "CUDA requires", name, t->data, esize);
     if (begin + (uintptr_t)bytes < begin)
         return fa__error(FA_ERR_STRIDE, "%s: data + extent wraps around the address space", name);
     if (is_output && aliases_itself(t))

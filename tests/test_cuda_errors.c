@@ -419,6 +419,8 @@ static void attention_calls(void) {
         EERR(K, "out zero stride on a dim > 1", FA_ERR_STRIDE, "out",
              e.t[B_OUT].stride[hd - 1] = 0);
         EERR(K, "q data NULL", FA_ERR_NULL_POINTER, "q", e.t[B_Q].data = NULL);
+        EERR(K, "lse on CUDA not 4-byte aligned", FA_ERR_STRIDE, "lse",
+             e.t[B_LSE].data = (char *)e.t[B_LSE].data + 2);
         EERR(K, "out overlaps q", FA_ERR_OVERLAP, "out", e.t[B_OUT].data = e.t[B_Q].data);
         EERR(K, "window_left = -2", FA_ERR_VALUE, "window_left", e.params.window_left = -2);
         EERR(K, "softcap < 0", FA_ERR_VALUE, "softcap", e.params.softcap = -1.0f);
