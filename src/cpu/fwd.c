@@ -157,6 +157,11 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp); // V: [n, D]
                 kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
             }
+            if (!rows && j0 + FA_BC < j_hi) { /* the next block arrives while this one runs */
+                const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC;
+                fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
+                fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
+            }
             for (int64_t r = 0; r < R; r++) {
                 float *s = S + r * FA_BC; // s: [n]
                 const int64_t i = i0 + r % nr, h = hk * pl->g + r / nr;

@@ -61,6 +61,12 @@ void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t
                   const void **rows);
 
 
+/* Asks for rows row0..row0+n (n <= FA_BC) of head h to be brought into L2: a block of keys is
+ * packed once per query block, from rows a token apart that the hardware prefetchers do not
+ * follow across pages, so the next block is asked for while this one is computed. */
+void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
+                        int64_t D);
+
 /* bf16 operands for the vdpbf16ps products (kernels.h): pairs along the reduction dimension.
  * copy_bf16_row: n bf16 of a row (stride `stride`) into dst, plus a zero when n is odd.
  * pack_k_bf16: keys row0..row0+n of head hk as [ceil(D/2), n] pairs (ld FA_BC); tmp holds
