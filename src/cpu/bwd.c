@@ -100,10 +100,11 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     const int64_t rq = fa__row0_q(p, b), D = p->D;
     for (int64_t r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
-        fa__load_f32(s->Q + r * D, 1, fa__elem(&p->q, b, rq + i, h), p->q.dtype, D, p->q.sd,
-                     pl->qscale);
-        fa__load_f32(s->dO + r * D, 1, fa__elem(&p->dout, b, rq + i, h), p->dout.dtype, D,
-                     p->dout.sd, 1.0f);
+        const void *q = fa__elem(&p->q, b, rq + i, h), *dout = fa__elem(&p->dout, b, rq + i, h);
+        if (p->q.sd == 1) pl->kern->to_f32((int)D, q, p->q.dtype, pl->qscale, s->Q + r * D);
+        else fa__load_f32(s->Q + r * D, 1, q, p->q.dtype, D, p->q.sd, pl->qscale);
+        if (p->dout.sd == 1) pl->kern->to_f32((int)D, dout, p->dout.dtype, 1.0f, s->dO + r * D);
+        else fa__load_f32(s->dO + r * D, 1, dout, p->dout.dtype, D, p->dout.sd, 1.0f);
         const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
         s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
         s->dlt[r] = pl->delta[delta_index(p, b, h, i)];
@@ -174,6 +175,14 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
         for (int64_t i0 = i_begin; i0 < i_end; i0 += FA_BR) {
             const int64_t nr = i_end - i0 < FA_BR ? i_end - i0 : FA_BR;
             load_rows(pl, &s, b, h, i0, nr);
+            /* the next query block (or the next head's first) arrives while this one runs */
+            const int64_t ni = i0 + FA_BR < i_end ? i0 + FA_BR : i_begin;
+            const int64_t nh = i0 + FA_BR < i_end ? h : h + 1;
+            if (nh < (hk + 1) * pl->g) {
+                const int64_t nn = i_end - ni < FA_BR ? i_end - ni : FA_BR;
+                fa__prefetch_block(&p->q, b, fa__row0_q(p, b) + ni, nn, nh, D);
+                fa__prefetch_block(&p->dout, b, fa__row0_q(p, b) + ni, nn, nh, D);
+            }
             for (int kb = 0; kb < nblocks; kb++) {
                 const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
                 tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb);
@@ -219,6 +228,11 @@ static void dq_task(void *arg, int64_t task, int worker) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
         pack_kv(pl, &s, 0, b, hk, rk + j0, n);
         const float *K = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp); // [n, D]
+        if (j0 + FA_BC < j_end) { /* the next key block arrives while this one runs */
+            const int64_t nn = j_end - j0 - FA_BC < FA_BC ? j_end - j0 - FA_BC : FA_BC;
+            fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
+            fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
+        }
         tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n);
         kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, D, s.ones, s.acc1, D);
     }

@@ -95,9 +95,13 @@ void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, i
                         int64_t D) {
     const void *rows[FA_BC];
     const int64_t bytes = D * fa__dtype_size(x->dtype);
-    fa__row_ptrs(x, b, row0, n, h, rows);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch((const char *)rows[j] + at, 0, 2);
+    for (int64_t j0 = 0; j0 < n; j0 += FA_BC) {
+        const int64_t m = n - j0 < FA_BC ? n - j0 : FA_BC;
+        fa__row_ptrs(x, b, row0 + j0, m, h, rows);
+        for (int64_t j = 0; j < m; j++)
+            for (int64_t at = 0; at < bytes; at += 64)
+                __builtin_prefetch((const char *)rows[j] + at, 0, 2);
+    }
 }
 
 void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride) {

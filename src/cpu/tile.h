@@ -61,8 +61,8 @@ void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t
                   const void **rows);
 
 
-/* Asks for rows row0..row0+n (n <= FA_BC) of head h to be brought into L2: a block of keys is
- * packed once per query block, from rows a token apart that the hardware prefetchers do not
+/* Asks for rows row0..row0+n of head h to be brought into L2: blocks of keys (and, in the
+ * backward, of queries) are re-read from rows a token apart that the hardware prefetchers do not
  * follow across pages, so the next block is asked for while this one is computed. */
 void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
                         int64_t D);
