@@ -227,14 +227,18 @@ static void dq_task(void *arg, int64_t task, int worker) {
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
         pack_kv(pl, &s, 0, b, hk, rk + j0, n);
-        const float *K = fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp); // [n, D]
+        /* K: [n, D] (ld ldk); fp32 rows are dS K's operand as they are */
+        const int k_in_place = p->k.dtype == FA_DTYPE_F32 && p->k.sd == 1 && !p->k.block_table;
+        const float *K = k_in_place ? fa__elem(&p->k, b, rk + j0, hk)
+                                    : fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp);
+        const int64_t ldk = k_in_place ? p->k.ss : D;
         if (j0 + FA_BC < j_end) { /* the next key block arrives while this one runs */
             const int64_t nn = j_end - j0 - FA_BC < FA_BC ? j_end - j0 - FA_BC : FA_BC;
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
             fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
         }
         tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n);
-        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, D, s.ones, s.acc1, D);
+        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
     }
     for (int64_t r = 0; r < nr; r++)
         fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, s.acc1 + r * D, D,

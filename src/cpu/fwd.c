@@ -111,6 +111,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
+    const int v_in_place = p->v.dtype == FA_DTYPE_F32 && p->v.sd == 1 && !p->v.block_table;
     for (int64_t r = 0; r < t->nh * R; r++) {
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
@@ -130,6 +131,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
             const void *krow[FA_BC], *vrow[FA_BC], *kpf[FA_BC], *vpf[FA_BC];
+            const float *V = t->Vpack; // V: [n, D] (ld ldv)
+            int64_t ldv = D;
             fa__prefetch kp = {kpf, 0, (int)(D * fa__dtype_size(p->k.dtype))};
             fa__prefetch vp = {vpf, 0, (int)(D * fa__dtype_size(p->v.dtype))};
             if (rows) {
@@ -154,7 +157,12 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                               (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S, FA_BC);
             } else {
                 fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
-                fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp); // V: [n, D]
+                if (v_in_place) { /* fp32 rows are P V's operand as they are */
+                    V = fa__elem(&p->v, b, rk + j0, hk);
+                    ldv = p->v.ss;
+                } else {
+                    V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp);
+                }
                 kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
             }
             if (!rows && j0 + FA_BC < j_hi) { /* the next block arrives while this one runs */
@@ -182,7 +190,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
                               (const uint32_t *)t->Vpack, D, t->alpha, O, D);
             else
-                kern->pv((int)R, (int)n, (int)D, S, FA_BC, t->Vpack, D, t->alpha, O, D);
+                kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, ldv, t->alpha, O, D);
         }
     }
 }
