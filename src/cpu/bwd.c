@@ -186,11 +186,8 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
             for (int kb = 0; kb < nblocks; kb++) {
                 const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
                 tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb);
-                for (int64_t r = 0; r < nr; r++) // PT, dST: [nb, nr]
-                    for (int64_t j = 0; j < nb; j++) {
-                        s.PT[j * FA_BR + r] = s.P[r * FA_BC + j];
-                        s.dST[j * FA_BR + r] = s.dS[r * FA_BC + j];
-                    }
+                kern->transpose((int)nr, (int)nb, s.P, FA_BC, s.PT, FA_BR);   // PT: [nb, nr]
+                kern->transpose((int)nr, (int)nb, s.dS, FA_BC, s.dST, FA_BR); // dST: [nb, nr]
                 float *dk = s.acc1 + kb * FA_BC * D, *dv = s.acc2 + kb * FA_BC * D; // [nb, D]
                 kern->pv((int)nb, (int)nr, (int)D, s.dST, FA_BR, s.Q, D, s.ones, dk, D);
                 kern->pv((int)nb, (int)nr, (int)D, s.PT, FA_BR, s.dO, D, s.ones, dv, D);
