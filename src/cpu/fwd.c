@@ -94,6 +94,87 @@ static size_t scratch_floats(const fwd_plan *pl) {
            fa__round_up(Rblk) + 3 * fa__round_up(FA_BC * D) + fa__round_up(Rblk * FA_BC / 2);
 }
 
+/* The online softmax step of head hk's R rows over keys [j0, j0 + n): scores S ([R, Bc]) become
+ * the (dropped) probabilities, m and l are updated and alpha ([R]) gets the factor the rows of O
+ * must be rescaled by. */
+static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S, float *alpha,
+                          int64_t j0, int64_t n, int masked) {
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    const int64_t b = t->b, nr = t->nr, R = t->R, base = (hk - t->hk0) * R;
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    float *m = t->m + base, *l = t->l + base;
+    for (int64_t r = 0; r < R; r++) {
+        float *s = S + r * FA_BC; // s: [n]
+        const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
+        fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
+        const float mx = kern->row_max((int)n, s);
+        const float m_new = mx > m[r] ? mx : m[r];
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
+        alpha[r] = exp2f(m[r] - m_use);
+        l[r] = alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
+        m[r] = m_new;
+        fa__dropout_row(p, b, h, i, j0, n, s, NULL); /* l keeps the undropped sum */
+    }
+}
+
+enum { FA_QK_KEYS = 4, FA_PV_KEYS = 8 }; /* keys per decode product call */
+
+/* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
+ * groups of heads whose scores fit in S. The products walk the keys in small groups, every head
+ * of a group of keys before the next group, so the cache (BSHD: a token's heads side by side) is
+ * read front to back, which the hardware prefetchers follow; on top of that, the qk products ask
+ * for the V rows the pv products will need, and the pv products for the next block's K rows. */
+static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t j_hi,
+                         int masked) {
+    static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    const int64_t D = p->D, b = t->b, R = t->R, rk = fa__row0_k(p, b);
+    const int64_t hg = (pl->g * pl->br) / R; /* heads whose S and alpha fit at once */
+    const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
+    const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
+    const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC; /* next block */
+    const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
+    fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
+    fa__row_ptrs(&p->v, b, rk + j0, n, t->hk0, vrow);
+    if (nn > 0) fa__row_ptrs(&p->k, b, rk + j0 + FA_BC, nn, t->hk0, knext);
+    for (int64_t h0 = t->hk0; h0 < t->hk0 + t->nh; h0 += hg) {
+        const int64_t h1 = h0 + hg < t->hk0 + t->nh ? h0 + hg : t->hk0 + t->nh;
+        for (int64_t jg = 0; jg < n; jg += FA_QK_KEYS) { // S = Q Kᵀ, V asked for
+            const int c = (int)(n - jg < FA_QK_KEYS ? n - jg : FA_QK_KEYS);
+            for (int64_t hk = h0; hk < h1; hk++) {
+                const void *k[FA_QK_KEYS], *v[FA_QK_KEYS];
+                for (int j = 0; j < c; j++) {
+                    k[j] = (const char *)krow[jg + j] + (hk - t->hk0) * kstep;
+                    v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
+                }
+                const fa__prefetch pf = {v, c, vb};
+                kern->qk_rows((int)R, c, (int)D, t->Q + (hk - t->hk0) * R * D, D, k, p->k.dtype,
+                              t->S + (hk - h0) * R * FA_BC + jg, FA_BC, &pf);
+            }
+        }
+        for (int64_t hk = h0; hk < h1; hk++)
+            softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
+                          masked);
+        for (int64_t jg = 0; jg < n; jg += FA_PV_KEYS) { // O = alpha O + P V, next K asked for
+            const int c = (int)(n - jg < FA_PV_KEYS ? n - jg : FA_PV_KEYS);
+            const int cn = (int)(nn - jg < FA_PV_KEYS ? (nn - jg > 0 ? nn - jg : 0) : FA_PV_KEYS);
+            for (int64_t hk = h0; hk < h1; hk++) {
+                const void *v[FA_PV_KEYS], *k[FA_PV_KEYS];
+                for (int j = 0; j < c; j++)
+                    v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
+                for (int j = 0; j < cn; j++)
+                    k[j] = (const char *)knext[jg + j] + (hk - t->hk0) * kstep;
+                const fa__prefetch pf = {k, cn, kb};
+                kern->pv_rows((int)R, c, (int)D, t->S + (hk - h0) * R * FA_BC + jg, FA_BC, v,
+                              p->v.dtype, jg == 0 ? t->alpha + (hk - h0) * R : ones,
+                              t->O + (hk - t->hk0) * R * D, D, &pf);
+            }
+        }
+    }
+}
+
 /* The online softmax of the task's rows over keys [j_lo, j_hi): leaves m, l and the
  * unnormalized O of every head in the scratch. Blocks are the outer loop and heads the inner
  * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once. */
@@ -127,30 +208,16 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
         /* Only blocks that cross the band's edge for some row need the mask. */
         const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+        if (rows) {
+            decode_block(pl, t, j0, n, j_hi, masked);
+            continue;
+        }
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
-            float *S = t->S, *O = t->O + base * D, *m = t->m + base, *l = t->l + base;
-            const void *krow[FA_BC], *vrow[FA_BC], *kpf[FA_BC], *vpf[FA_BC];
+            float *S = t->S, *O = t->O + base * D;
             const float *V = t->Vpack; // V: [n, D] (ld ldv)
             int64_t ldv = D;
-            fa__prefetch kp = {kpf, 0, (int)(D * fa__dtype_size(p->k.dtype))};
-            fa__prefetch vp = {vpf, 0, (int)(D * fa__dtype_size(p->v.dtype))};
-            if (rows) {
-                /* decode: the next head's rows (or the next block's) load while these run,
-                 * spread over the products; one head ahead stays well inside L2 */
-                const int last = hk + 1 == t->hk0 + t->nh;
-                const int64_t pj = last ? j0 + FA_BC : j0, ph = last ? t->hk0 : hk + 1;
-                const int64_t pn = j_hi - pj < FA_BC ? j_hi - pj : FA_BC;
-                if (pn > 0) {
-                    fa__row_ptrs(&p->k, b, rk + pj, pn, ph, kpf);
-                    fa__row_ptrs(&p->v, b, rk + pj, pn, ph, vpf);
-                    kp.n = vp.n = (int)pn;
-                }
-                fa__row_ptrs(&p->k, b, rk + j0, n, hk, krow);
-                fa__row_ptrs(&p->v, b, rk + j0, n, hk, vrow);
-                kern->qk_rows((int)R, (int)n, (int)D, t->Q + base * ldq, D, krow, p->k.dtype, S,
-                              FA_BC, &kp);
-            } else if (bf16) {
+            if (bf16) {
                 fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
                 kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q + base * ldq, D2,
@@ -165,28 +232,16 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 }
                 kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
             }
-            if (!rows && j0 + FA_BC < j_hi) { /* the next block arrives while this one runs */
+            if (j0 + FA_BC < j_hi) { /* the next block arrives while this one runs */
                 const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC;
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
-            for (int64_t r = 0; r < R; r++) {
-                float *s = S + r * FA_BC; // s: [n]
-                const int64_t i = i0 + r % nr, h = hk * pl->g + r / nr;
-                fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
-                const float mx = kern->row_max((int)n, s);
-                const float m_new = mx > m[r] ? mx : m[r];
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
-                t->alpha[r] = exp2f(m[r] - m_use);
-                l[r] = t->alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
-                m[r] = m_new;
-                fa__dropout_row(p, b, h, i, j0, n, s, NULL); /* l keeps the undropped sum */
-                if (bf16) kern->to_bf16((int)n, s, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
-            }
-            if (rows)
-                kern->pv_rows((int)R, (int)n, (int)D, S, FA_BC, vrow, p->v.dtype, t->alpha, O, D,
-                              &vp);
-            else if (bf16)
+            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked);
+            if (bf16)
+                for (int64_t r = 0; r < R; r++)
+                    kern->to_bf16((int)n, S + r * FA_BC, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
+            if (bf16)
                 kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
                               (const uint32_t *)t->Vpack, D, t->alpha, O, D);
             else
