@@ -186,38 +186,45 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
     else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
 }
 
-/* Rows i0..i0+3 of O, columns [c, c + 16·W) (W = 1 or 2 chunks; the last may be partial):
+/* Rows i0..i0+3 of O, columns [c, c + 16·W) (W = 1..4 chunks; the last may be partial):
  * 4·W named accumulators summed over the keys, then alpha O + sum. Named scalars, not an array,
  * so the accumulators stay in registers (an array was kept on the stack, one store and reload
- * per key). Rows past m repeat row i0's probabilities and are not stored. */
-static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p,
-                                int64_t ldp, const void *const *v, const int32_t DT,
-                                const float *alpha, float *o, int64_t ldo,
-                                const fa__prefetch *pf) {
+ * per key); each key's 4 broadcast probabilities serve all W chunks. Rows past m repeat row i0's
+ * probabilities and are not stored. */
+static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
+                                                               const int W, const float *p,
+                                                               int64_t ldp, const void *const *v,
+                                                               const int32_t DT,
+                                                               const float *alpha, float *o,
+                                                               int64_t ldo, const fa__prefetch *pf) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
-    const int left0 = d - c, left1 = d - c - 16;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0; /* columns c .. c+15 */
-    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;                  /* columns c+16 .. c+31 */
+    const __m512 z = _mm512_setzero_ps();
+    __m512 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+15 */
+    __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 */
+    __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 */
+    __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 */
     for (int j = 0; j < n; j++) {
         prefetch_row(pf, j); /* the caller passes pf to the first tile only */
-        const __m512 v0 = load16(v[j], DT, c, left0); // V[j, c:c+16]
+        const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
-        a0 = _mm512_fmadd_ps(s0, v0, a0);
-        a1 = _mm512_fmadd_ps(s1, v0, a1);
-        a2 = _mm512_fmadd_ps(s2, v0, a2);
-        a3 = _mm512_fmadd_ps(s3, v0, a3);
-        if (W == 2) {
-            const __m512 v1 = load16(v[j], DT, c + 16, left1); // V[j, c+16:c+32]
-            b0 = _mm512_fmadd_ps(s0, v1, b0);
-            b1 = _mm512_fmadd_ps(s1, v1, b1);
-            b2 = _mm512_fmadd_ps(s2, v1, b2);
-            b3 = _mm512_fmadd_ps(s3, v1, b3);
-        }
+#define FA_PV_CHUNK(x, w)                                                                          \
+    do {                                                                                           \
+        const __m512 vw = load16(vj, DT, c + 16 * (w), d - c - 16 * (w)); /* V[j, chunk w] */     \
+        x##0 = _mm512_fmadd_ps(s0, vw, x##0);                                                      \
+        x##1 = _mm512_fmadd_ps(s1, vw, x##1);                                                      \
+        x##2 = _mm512_fmadd_ps(s2, vw, x##2);                                                      \
+        x##3 = _mm512_fmadd_ps(s3, vw, x##3);                                                      \
+    } while (0)
+        FA_PV_CHUNK(a, 0);
+        if (W >= 2) FA_PV_CHUNK(b, 1);
+        if (W >= 3) FA_PV_CHUNK(e, 2);
+        if (W >= 4) FA_PV_CHUNK(f, 3);
+#undef FA_PV_CHUNK
     }
-    const __m512 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    const __m512 acc[4][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}, {f0, f1, f2, f3}};
     for (int w = 0; w < W; w++) {
         const __mmask16 kd = tail_mask(d - c - 16 * w);
         for (int ii = 0; ii < rows; ii++) {
@@ -234,9 +241,11 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
                               int64_t ldo, const fa__prefetch *pf) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; c + 16 < d; c += 32, pf = NULL)
-            pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-        if (c < d) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        for (; d - c > 48; c += 64, pf = NULL)
+            pv_rows_tile(m, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
+        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, pf);
+        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
+        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
         pf = NULL;
     }
 }
