@@ -156,6 +156,13 @@ fa_status fa_device_count(fa_device device, int32_t *count) {
     return FA_OK;
 }
 
+/* The plug-in for a device that is not the CPU: it must be CUDA device `index`, usable. */
+static fa_status cuda_device(fa_device device, int32_t index, const fa__plugin_api **api) {
+    if (device != FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
+    return fa__plugin_device(NULL, index, api);
+}
+
 fa_status fa_device_alloc(fa_device device, int32_t device_index, size_t bytes, void **ptr) {
     fa__clear_error();
     if (!ptr) return fa__error(FA_ERR_NULL_POINTER, "ptr: NULL");
@@ -166,10 +173,8 @@ fa_status fa_device_alloc(fa_device device, int32_t device_index, size_t bytes, 
         *ptr = p;
         return FA_OK;
     }
-    if (device != FA_DEVICE_CUDA)
-        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
     const fa__plugin_api *api;
-    fa_status st = fa__plugin_device(NULL, device_index, &api);
+    fa_status st = cuda_device(device, device_index, &api);
     if (st != FA_OK) return st;
     char msg[512] = "";
     void *p = NULL;
@@ -185,10 +190,8 @@ fa_status fa_device_free(fa_device device, int32_t device_index, void *ptr) {
         free(ptr);
         return FA_OK;
     }
-    if (device != FA_DEVICE_CUDA)
-        return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
     const fa__plugin_api *api;
-    fa_status st = fa__plugin_device(NULL, device_index, &api);
+    const fa_status st = cuda_device(device, device_index, &api);
     if (st != FA_OK) return st;
     char msg[512] = "";
     return fa__plugin_status(api->release(device_index, ptr, msg, sizeof msg), msg);
