@@ -55,11 +55,17 @@ static fa_ctx_api ctx_api_lookup(void) {
     fa_ctx_api api = {NULL, NULL};
     void *get = NULL, *set = NULL;
     cudaDriverEntryPointQueryResult qg, qs;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &qg) ==
-            cudaSuccess &&
-        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &qs) ==
-            cudaSuccess &&
-        qg == cudaDriverEntryPointSuccess && qs == cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050 /* the versioned lookup; the unversioned one is deprecated in 13 */
+    const cudaError_t eg = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000,
+                                                            cudaEnableDefault, &qg);
+    const cudaError_t es = cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000,
+                                                            cudaEnableDefault, &qs);
+#else
+    const cudaError_t eg = cudaGetDriverEntryPoint("cuCtxGetCurrent", &get, cudaEnableDefault, &qg);
+    const cudaError_t es = cudaGetDriverEntryPoint("cuCtxSetCurrent", &set, cudaEnableDefault, &qs);
+#endif
+    if (eg == cudaSuccess && es == cudaSuccess && qg == cudaDriverEntryPointSuccess &&
+        qs == cudaDriverEntryPointSuccess) {
         api.get = (fa_ctx_get_fn)get;
         api.set = (fa_ctx_set_fn)set;
     }
