@@ -5,8 +5,8 @@
 # FULL=1 also the kernel grids again under FA_CPU_ISA=ref and FA_CPU_ISA=neon (the neon runs
 # repeat the default ones with other seeds; ref is portable C that the native tests cover):
 # about 2.5x the time, since qemu emulates every float operation (all 20 programs: ~12
-# CPU-minutes; the default set: ~40% of that). The script tests (exports, install, the README example) build and run host
-# programs and are left to the native `make test`.
+# CPU-minutes; the default set: ~40% of that). The script tests (exports, install, the README
+# example) build and run host programs and are left to the native `make test`.
 #
 # Needs (Debian 12): apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 # Usage: [FULL=1] [JOBS=n] scripts/test-aarch64.sh [build dir, default build-aarch64]
