@@ -83,11 +83,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
     /* In fp64 like fa__score_epilogue: in fp32 the rounding of slope·log2(e) tilts long rows. */
     const double slope =
         p->alibi ? p->alibi[b * p->alibi_sb + h * p->alibi_sh] * 1.4426950408889634 : 0.0;
-    /* The band of visible keys, as fa__key_lo / fa__key_hi. */
-    int64_t lo = p->window_left < 0 ? 0 : i + off - p->window_left;
-    int64_t hi = p->window_right < 0 ? sk : i + off + p->window_right + 1;
-    lo = lo > 0 ? lo : 0;
-    hi = hi < sk ? hi : sk;
+    const int64_t lo = fa__key_lo(p, i, off), hi = fa__key_hi(p, i, off, sk); /* visible keys */
 
     float q[FA_ROW_MAX_D], o[FA_ROW_MAX_D]; // q, o: [D]
     const int64_t q_at = fa__row_at(&p->q, b, rq + i, h);

@@ -7,6 +7,8 @@
 #ifndef FA_PROBLEM_H
 #define FA_PROBLEM_H
 
+#include "hd.h"
+
 #include <stdint.h>
 
 /* A validated strided view: element (b, s, h, d) is at data + b*sb + s*ss + h*sh + d*sd.
@@ -61,6 +63,20 @@ static inline int64_t fa__seqlen_q(const fa__problem *p, int64_t b) {
 static inline int64_t fa__seqlen_k(const fa__problem *p, int64_t b) {
     if (p->seqlens_k) return p->seqlens_k[b];
     return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->Sk;
+}
+
+/* Keys [key_lo, key_hi) are visible to query i of a sequence with off = Sk - Sq (the causal and
+ * window band). Host and device code (FA_HD): the CUDA plug-in draws the same band. */
+FA_HD int64_t fa__key_lo(const fa__problem *p, int64_t i, int64_t off) {
+    if (p->window_left < 0) return 0;
+    const int64_t lo = i + off - p->window_left;
+    return lo > 0 ? lo : 0;
+}
+
+FA_HD int64_t fa__key_hi(const fa__problem *p, int64_t i, int64_t off, int64_t sk) {
+    if (p->window_right < 0) return sk;
+    const int64_t hi = i + off + p->window_right + 1;
+    return hi < sk ? hi : sk;
 }
 
 #endif /* FA_PROBLEM_H */

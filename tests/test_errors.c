@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +329,8 @@ static void common_errors(int vl) {
         e.params.struct_size = (uint32_t)sizeof(fa_params) + 8);
     ERR(vl, "params.struct_size too small", FA_ERR_STRUCT_SIZE, "struct_size",
         e.params.struct_size = (uint32_t)sizeof(fa_params) - 4);
+    /* binaries built against 0.1.0's header: fa_params without cuda_stream */
+    OK(vl, "params.struct_size of 0.1.0", e.params.struct_size = offsetof(fa_params, cuda_stream));
 
     /* overlap */
     ERR(vl, "out is q", FA_ERR_OVERLAP, "out", e.out.data = e.q.data);

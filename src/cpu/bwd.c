@@ -225,12 +225,12 @@ static void dq_task(void *arg, int64_t task, int worker) {
         const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
         pack_kv(pl, &s, 0, b, hk, rk + j0, n);
         /* K: [n, D] (ld ldk); fp32 rows are dS K's operand as they are */
-        const int k_in_place = p->k.dtype == FA_DTYPE_F32 && p->k.sd == 1 && !p->k.block_table;
+        const int k_in_place = fa__rows_in_place(&p->k);
         const float *K = k_in_place ? fa__elem(&p->k, b, rk + j0, hk)
                                     : fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp);
         const int64_t ldk = k_in_place ? p->k.ss : D;
-        if (j0 + FA_BC < j_end) { /* the next key block arrives while this one runs */
-            const int64_t nn = j_end - j0 - FA_BC < FA_BC ? j_end - j0 - FA_BC : FA_BC;
+        const int64_t nn = fa__next_block(j0, j_end);
+        if (nn > 0) { /* the next key block arrives while this one runs */
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
             fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
         }

@@ -134,7 +134,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t hg = (pl->g * pl->br) / R; /* heads whose S and alpha fit at once */
     const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
     const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
-    const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC; /* next block */
+    const int64_t nn = fa__next_block(j0, j_hi);
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, t->hk0, vrow);
@@ -192,7 +192,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
-    const int v_in_place = p->v.dtype == FA_DTYPE_F32 && p->v.sd == 1 && !p->v.block_table;
+    const int v_in_place = fa__rows_in_place(&p->v);
     for (int64_t r = 0; r < t->nh * R; r++) {
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
@@ -232,20 +232,20 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 }
                 kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
             }
-            if (j0 + FA_BC < j_hi) { /* the next block arrives while this one runs */
-                const int64_t nn = j_hi - j0 - FA_BC < FA_BC ? j_hi - j0 - FA_BC : FA_BC;
+            const int64_t nn = fa__next_block(j0, j_hi);
+            if (nn > 0) { /* the next block arrives while this one runs */
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
             softmax_block(pl, t, hk, S, t->alpha, j0, n, masked);
-            if (bf16)
+            if (bf16) {
                 for (int64_t r = 0; r < R; r++)
                     kern->to_bf16((int)n, S + r * FA_BC, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
-            if (bf16)
                 kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
                               (const uint32_t *)t->Vpack, D, t->alpha, O, D);
-            else
+            } else {
                 kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, ldv, t->alpha, O, D);
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 #define FA_CPU_TILE_H
 
 #include "../problem.h"
+#include "flashattn.h"
 #include "kernels/kernels.h"
 
 #include <stddef.h>
@@ -60,6 +61,16 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
 void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
                   const void **rows);
 
+/* Can fp32 rows of x feed a GEMM as they are (with their own row stride), without a copy? */
+static inline int fa__rows_in_place(const fa__view *x) {
+    return x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table;
+}
+
+/* Keys in the block after [j0, j0 + FA_BC) before j_end: 0 .. FA_BC (<= 0: none). */
+static inline int64_t fa__next_block(int64_t j0, int64_t j_end) {
+    const int64_t left = j_end - j0 - FA_BC;
+    return left < FA_BC ? left : FA_BC;
+}
 
 /* Asks for rows row0..row0+n of head h to be brought into L2: blocks of keys (and, in the
  * backward, of queries) are re-read from rows a token apart that the hardware prefetchers do not
@@ -77,19 +88,6 @@ void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t 
                      int64_t hk, int64_t n, uint32_t *pack, uint16_t *tmp);
 void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
                      int64_t hk, int64_t n, uint32_t *pack);
-
-/* Keys [key_lo, key_hi) are visible to query i of a sequence with off = Sk - Sq. */
-static inline int64_t fa__key_lo(const fa__problem *p, int64_t i, int64_t off) {
-    if (p->window_left < 0) return 0;
-    const int64_t lo = i + off - p->window_left;
-    return lo > 0 ? lo : 0;
-}
-
-static inline int64_t fa__key_hi(const fa__problem *p, int64_t i, int64_t off, int64_t sk) {
-    if (p->window_right < 0) return sk;
-    const int64_t hi = i + off + p->window_right + 1;
-    return hi < sk ? hi : sk;
-}
 
 /* Does some row of [i0, i0 + nr) see only part of keys [j0, j0 + n)? Then the block needs
  * the mask; otherwise every row sees every key of it. */
