@@ -652,6 +652,66 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
     return CASE_END();
 }
 
+/* Bitwise equal results (out, lse and every gradient). */
+static inline int bc_same_result(const bc_result *a, const bc_result *b) {
+    if (!a->dq || !b->dq || a->nq != b->nq || a->nk != b->nk || a->nl != b->nl)
+        return 0;
+    return memcmp(a->out, b->out, sizeof(double) * (size_t)a->nq) == 0 &&
+           memcmp(a->lse, b->lse, sizeof(double) * (size_t)a->nl) == 0 &&
+           memcmp(a->dq, b->dq, sizeof(double) * (size_t)a->nq) == 0 &&
+           memcmp(a->dk, b->dk, sizeof(double) * (size_t)a->nk) == 0 &&
+           memcmp(a->dv, b->dv, sizeof(double) * (size_t)a->nk) == 0;
+}
+
+/* Runs c on contexts of 1, 2, 3 and 8 threads and on the default context, twice, with the same
+ * inputs and dropout seed, and checks every run is bitwise equal to the first (1 thread). */
+static inline void bc_determinism_case(const char *what, bcfg c) {
+    static const int threads[4] = {1, 2, 3, 8};
+    fa_context *ctx[4] = {NULL, NULL, NULL, NULL};
+    for (int t = 0; t < 4; t++) {
+        fa_context_options o;
+        fa_context_options_init(&o);
+        o.num_threads = threads[t];
+        fa_status st = fa_context_create(&o, &ctx[t]);
+        CHECK_MSG(st == FA_OK, "fa_context_create(%d): %s", threads[t], fa_last_error_message());
+        if (st != FA_OK)
+            ctx[t] = NULL;
+    }
+    c.dropout_seed = tu_next_u64();
+    c.dropout_offset = tu_next_u64();
+    const uint64_t rng = tu_rng_state_; /* every run draws the same inputs */
+    bc_result ref;
+    memset(&ref, 0, sizeof ref);
+    c.ctx = ctx[0];
+    bc_run(&c, &ref);
+    int64_t differ = 0, runs = 0;
+    for (int rep = 0; rep < 2; rep++)
+        for (int t = 0; t < 5; t++) {
+            if (rep == 0 && t == 0)
+                continue; /* that is ref */
+            bc_result r;
+            memset(&r, 0, sizeof r);
+            tu_rng_state_ = rng;
+            c.ctx = t < 4 ? ctx[t] : NULL; /* t = 4: the default context */
+            bc_run(&c, &r);
+            runs++;
+            CASE_BEGIN("determinism %s: run %d on %d threads%s bitwise equal to 1 thread", what,
+                       rep, t < 4 ? threads[t] : (int)fa_context_num_threads(NULL),
+                       t < 4 ? "" : " (default context)");
+            const int same = bc_same_result(&ref, &r);
+            differ += !same;
+            CHECK(same);
+            CASE_END();
+            bc_result_free(&r);
+        }
+    printf("  determinism %-44s %lld of %lld runs (1/2/3/8 threads, default context, twice) "
+           "bitwise equal\n",
+           what, (long long)(runs - differ), (long long)runs);
+    bc_result_free(&ref);
+    for (int t = 0; t < 4; t++)
+        fa_context_destroy(ctx[t]);
+}
+
 static inline int bc_cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

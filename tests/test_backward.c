@@ -535,6 +535,35 @@ static void group_empty(void) {
     group_line("empty / fully masked / Sq=1, Sk=0/1", n, failed);
 }
 
+/* bwd.c's two schedules, fused (one task per batch and KV head) and split (dK/dV and dQ passes),
+ * must give bitwise the same gradients: 1 thread always runs fused, 8 threads run split (every
+ * case has B·Hk < 16), 2 and 3 threads either. Multi-block cases with the band's edges off the
+ * tile grid, K used in place (fp32) and converted (fp16, bf16, inner stride). */
+static void group_schedules(void) {
+    bcfg c = bc_cfg(2, 300, 400, 4, 2, 64);
+    c.wl = 70;
+    c.wr = 20;
+    bc_determinism_case("fp32 window 70/20, 3 x 7 blocks", c);
+    c = bc_cfg(2, 200, 520, 4, 1, 32);
+    c.causal = 1;
+    bc_determinism_case("fp32 causal Sq < Sk GQA 4", c);
+    c = bc_cfg(1, 390, 390, 2, 2, 48);
+    c.dtype = FA_DTYPE_BF16;
+    c.causal = 1;
+    c.wl = 100;
+    c.alibi = 1;
+    c.softcap = 4.0f;
+    bc_determinism_case("bf16 causal window 100 ALiBi softcap", c);
+    c = bc_cfg(2, 260, 200, 2, 2, 40);
+    c.dtype = FA_DTYPE_F16;
+    c.causal = 1;
+    bc_determinism_case("fp16 causal Sq > Sk", c);
+    c = bc_cfg(2, 150, 330, 2, 1, 24);
+    c.lk = TU_INNER2;
+    c.wr = 0;
+    bc_determinism_case("fp32 K inner stride 2, window right 0", c);
+}
+
 static void group_dropout(void) {
     long n = 0, failed = 0;
     for (int variant = 0; variant < 4; variant++) {
@@ -847,6 +876,7 @@ int main(void) {
     group_large();
     group_empty();
     group_dropout();
+    group_schedules();
     group_varlen();
     group_random();
     group_finite_differences();

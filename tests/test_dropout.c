@@ -460,76 +460,19 @@ static void group_reference(void) {
  * 5. Determinism across thread counts and runs
  * ------------------------------------------------------------------------------------------- */
 
-static int same_result(const bc_result *a, const bc_result *b) {
-    if (!a->dq || !b->dq || a->nq != b->nq || a->nk != b->nk || a->nl != b->nl)
-        return 0;
-    return memcmp(a->out, b->out, sizeof(double) * (size_t)a->nq) == 0 &&
-           memcmp(a->lse, b->lse, sizeof(double) * (size_t)a->nl) == 0 &&
-           memcmp(a->dq, b->dq, sizeof(double) * (size_t)a->nq) == 0 &&
-           memcmp(a->dk, b->dk, sizeof(double) * (size_t)a->nk) == 0 &&
-           memcmp(a->dv, b->dv, sizeof(double) * (size_t)a->nk) == 0;
-}
-
-static void determinism_case(const char *what, bcfg c) {
-    static const int threads[4] = {1, 2, 3, 8};
-    fa_context *ctx[4] = {NULL, NULL, NULL, NULL};
-    for (int t = 0; t < 4; t++) {
-        fa_context_options o;
-        fa_context_options_init(&o);
-        o.num_threads = threads[t];
-        fa_status st = fa_context_create(&o, &ctx[t]);
-        CHECK_MSG(st == FA_OK, "fa_context_create(%d): %s", threads[t], fa_last_error_message());
-        if (st != FA_OK)
-            ctx[t] = NULL;
-    }
-    c.dropout_seed = tu_next_u64();
-    c.dropout_offset = tu_next_u64();
-    const uint64_t rng = tu_rng_state_; /* every run draws the same inputs */
-    bc_result ref;
-    memset(&ref, 0, sizeof ref);
-    c.ctx = ctx[0];
-    bc_run(&c, &ref);
-    int64_t differ = 0, runs = 0;
-    for (int rep = 0; rep < 2; rep++)
-        for (int t = 0; t < 5; t++) {
-            if (rep == 0 && t == 0)
-                continue; /* that is ref */
-            bc_result r;
-            memset(&r, 0, sizeof r);
-            tu_rng_state_ = rng;
-            c.ctx = t < 4 ? ctx[t] : NULL; /* t = 4: the default context */
-            bc_run(&c, &r);
-            runs++;
-            CASE_BEGIN("determinism %s: run %d on %d threads%s bitwise equal to 1 thread", what,
-                       rep, t < 4 ? threads[t] : (int)fa_context_num_threads(NULL),
-                       t < 4 ? "" : " (default context)");
-            const int same = same_result(&ref, &r);
-            differ += !same;
-            CHECK(same);
-            CASE_END();
-            bc_result_free(&r);
-        }
-    printf("  determinism %-44s %lld of %lld runs (1/2/3/8 threads, default context, twice) "
-           "bitwise equal\n",
-           what, (long long)(runs - differ), (long long)runs);
-    bc_result_free(&ref);
-    for (int t = 0; t < 4; t++)
-        fa_context_destroy(ctx[t]);
-}
-
 static void group_determinism(void) {
     GROUP_BEGIN();
     bcfg c = bc_cfg(2, 150, 170, 4, 2, 40);
     c.causal = 1;
     c.softcap = 5.0f;
     c.dropout_p = 0.2f;
-    determinism_case("fp32 causal GQA softcap p=0.2", c);
+    bc_determinism_case("fp32 causal GQA softcap p=0.2", c);
     c = bc_cfg(1, 130, 200, 8, 1, 64);
     c.dtype = FA_DTYPE_F16;
     c.dropout_p = 0.5f;
     c.alibi = 1;
     c.wl = 50;
-    determinism_case("fp16 GQA 8 ALiBi window p=0.5", c);
+    bc_determinism_case("fp16 GQA 8 ALiBi window p=0.5", c);
     c = bc_cfg(0, 0, 0, 4, 2, 32);
     c.nseq = 3;
     c.seq_q[0] = 90;
@@ -543,7 +486,7 @@ static void group_determinism(void) {
     c.causal = 1;
     c.dtype = FA_DTYPE_BF16;
     c.dropout_p = 0.3f;
-    determinism_case("bf16 varlen causal p=0.3", c);
+    bc_determinism_case("bf16 varlen causal p=0.3", c);
     GROUP_END("determinism (threads and runs)");
 }
 

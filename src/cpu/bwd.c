@@ -7,13 +7,21 @@
  * probabilities (M the dropout mask) and Δ_i = Σ_d dO_id O_id:
  *   dV = Pdᵀ dO,   dPd = dO Vᵀ,   dS = P∘(dPd∘M/(1-p) − Δ)  (∘ (1 − tanh²) with softcap),
  *   dQ = scale · dS K,   dK = scale · dSᵀ Q.
- * P is recomputed from the saved lse, so no O(Sq·Sk) state is kept. Three parallel passes:
- *   0. Δ for every (batch, head, row)                            tasks: (b, h)
- *   1. dK, dV of FA_KV_TASK blocks of Bc keys of one KV head,      tasks: (b, hk, key blocks)
- *      summed over the query heads that share it and every query block that sees it
- *   2. dQ of one block of Br query rows of one head               tasks: (b, h, query block)
- * Both gradient passes build the same tile (S, P, dPd, dS: [Br, Bc]); pass 1 transposes P and dS
- * to feed them to the microkernels as left operands.
+ * P is recomputed from the saved lse, so no O(Sq·Sk) state is kept. Pass 0 computes Δ for every
+ * (batch, head, row), tasks (b, h); then one of two schedules computes the gradients from tiles
+ * (S, P, dPd, dS: [Br, Bc]) of query blocks at multiples of Br and key blocks at multiples of Bc:
+ *   split (three passes, any number of tasks):
+ *     1. dK, dV of FA_KV_TASK key blocks of one KV head,          tasks: (b, hk, key blocks)
+ *        summed over the query heads that share it and every query block that sees it
+ *     2. dQ of one query block of one head                         tasks: (b, h, query block)
+ *     Each tile is built twice, once per pass: 7 products per tile.
+ *   fused (when there are enough (b, hk) to keep the threads busy and its scratch is small):
+ *     one task per (b, hk) builds each tile once and feeds dK, dV and dQ from it: 5 products.
+ *     It keeps the head's dK, dV sums and packed Kᵀ, Vᵀ in scratch, O(Sk·D) per thread.
+ * Both schedules visit the same tiles and add each one's terms to every gradient row in the same
+ * order (query heads, then query blocks, for dK and dV; key blocks for dQ), so they give bitwise
+ * the same gradients and the choice, which depends on the thread count, never shows in results.
+ * Both transpose P and dS to feed them to the microkernels as left operands.
  */
 #include "cpu.h"
 #include "tile.h"
@@ -25,8 +33,12 @@
 enum {
     FA_KV_TASK = 4, /* key blocks per dK/dV task: Q and dO are loaded once for all of them */
     FA_BR = 126,                                       /* query rows per tile: 9 x 14, 21 x 6 */
-    FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC /* length of the vector of ones */
+    FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC, /* length of the vector of ones */
+    FA_FUSED_TASKS = 2 /* fused when every thread gets at least this many (b, hk) tasks */
 };
+
+/* Most floats of per-thread head scratch the fused schedule may take (64 MiB). */
+#define FA_FUSED_MAX_FLOATS ((size_t)16 << 20)
 
 typedef struct bwd_plan {
     const fa__problem *p;
@@ -37,6 +49,9 @@ typedef struct bwd_plan {
     int64_t *start[3];          /* per pass: [B + 1] first task of each batch */
     float *scratch;             /* [threads][scratch_floats] */
     size_t scratch_floats;
+    float *head;                /* fused only: [threads][head_floats] */
+    size_t head_floats;
+    int64_t max_sk;             /* longest key sequence of any batch */
 } bwd_plan;
 
 /* Per-worker scratch, carved in a fixed order. */
@@ -134,20 +149,90 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     }
 }
 
-/* Kᵀ and Vᵀ of keys row0..row0+n into the kb-th block of s->Kt and s->Vt ([D, Bc] each). */
-static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, int kb, int64_t b, int64_t hk,
-                    int64_t row0, int64_t n) {
-    const size_t at = (size_t)kb * fa__round_up((size_t)FA_BC * pl->p->D);
-    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, s->Kt + at, s->tmp);
-    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, s->Vt + at, s->tmp);
+/* Floats between packed blocks of Kᵀ or Vᵀ ([D, Bc] each). */
+static size_t pack_stride(int64_t D) { return fa__round_up((size_t)FA_BC * D); }
+
+/* Kᵀ and Vᵀ of keys row0..row0+n into the kb-th blocks of Kt and Vt. */
+static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *Vt, int64_t kb,
+                    int64_t b, int64_t hk, int64_t row0, int64_t n) {
+    const size_t at = (size_t)kb * pack_stride(pl->p->D);
+    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, Kt + at, s->tmp);
+    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, s->tmp);
 }
 
-/* ---- pass 1: dK, dV ---- */
+/* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built (nr rows, nb keys); dk, dv: [nb, D]. */
+static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t nr, int64_t nb, float *dk,
+                     float *dv) {
+    const fa__cpu_kernels *kern = pl->kern;
+    const int64_t D = pl->p->D;
+    kern->transpose((int)nr, (int)nb, s->P, FA_BC, s->PT, FA_BR);   // PT: [nb, nr]
+    kern->transpose((int)nr, (int)nb, s->dS, FA_BC, s->dST, FA_BR); // dST: [nb, nr]
+    kern->pv((int)nb, (int)nr, (int)D, s->dST, FA_BR, s->Q, D, s->ones, dk, D);
+    kern->pv((int)nb, (int)nr, (int)D, s->PT, FA_BR, s->dO, D, s->ones, dv, D);
+}
+
+/* K rows j0..j0+n of head hk as dS K's operand: in place for fp32 rows, else converted into
+ * `rows` ([n, D]); *ld gets the row stride. */
+static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t hk,
+                           int64_t row0, int64_t n, float *rows, int64_t *ld) {
+    const fa__problem *p = pl->p;
+    if (fa__rows_in_place(&p->k)) {
+        *ld = p->k.ss;
+        return fa__elem(&p->k, b, row0, hk);
+    }
+    *ld = p->D;
+    return fa__kv_block(p, pl->kern, &p->k, b, row0, hk, n, 0, rows, s->tmp);
+}
+
+static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, int64_t n,
+                       const float *dk, const float *dv) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, rk = fa__row0_k(p, b);
+    const float dk_scale = p->scale / pl->qscale; /* Q was loaded times qscale */
+    for (int64_t j = 0; j < n; j++) {
+        fa__store_f32(fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, dk + j * D, D, p->dk.sd,
+                      dk_scale);
+        fa__store_f32(fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, dv + j * D, D, p->dv.sd,
+                      1.0f);
+    }
+}
+
+static void store_dq(const bwd_plan *pl, int64_t b, int64_t h, int64_t i0, int64_t nr,
+                     const float *dq) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, rq = fa__row0_q(p, b);
+    for (int64_t r = 0; r < nr; r++)
+        fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, dq + r * D, D, p->dq.sd,
+                      p->scale);
+}
+
+/* Asks for the query block after i0 (or the next query head's first, i_begin) of head h. */
+static void prefetch_next_rows(const bwd_plan *pl, int64_t b, int64_t hk, int64_t h, int64_t i0,
+                               int64_t i_begin, int64_t i_end) {
+    const fa__problem *p = pl->p;
+    const int64_t sq = fa__seqlen_q(p, b);
+    const int64_t ni = i0 + FA_BR < i_end ? i0 + FA_BR : i_begin;
+    const int64_t nh = i0 + FA_BR < i_end ? h : h + 1;
+    if (nh < (hk + 1) * pl->g) {
+        const int64_t nn = sq - ni < FA_BR ? sq - ni : FA_BR;
+        fa__prefetch_block(&p->q, b, fa__row0_q(p, b) + ni, nn, nh, p->D);
+        fa__prefetch_block(&p->dout, b, fa__row0_q(p, b) + ni, nn, nh, p->D);
+    }
+}
+
+/* The key blocks query rows i0..i0+nr see: [*lo, *hi), *lo a multiple of Bc; the last block
+ * may end before *hi (tiles run to min(j0 + Bc, sk) so the grid is the same in every pass). */
+static void key_band(const fa__problem *p, int64_t i0, int64_t nr, int64_t off, int64_t sk,
+                     int64_t *lo, int64_t *hi) {
+    *lo = fa__key_lo(p, i0, off) / FA_BC * FA_BC;
+    *hi = fa__key_hi(p, i0 + nr - 1, off, sk);
+}
+
+/* ---- split pass 1: dK, dV ---- */
 
 static void dkdv_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
-    const fa__cpu_kernels *kern = pl->kern;
     bwd_scratch s;
     carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
 
@@ -156,11 +241,11 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     const int64_t span = (int64_t)FA_KV_TASK * FA_BC, nkt = (sk + span - 1) / span;
     const int64_t hk = local / nkt, j0 = local % nkt * span, rk = fa__row0_k(p, b);
     const int64_t n = sk - j0 < span ? sk - j0 : span, nblocks = (n + FA_BC - 1) / FA_BC;
-    const size_t stride = fa__round_up((size_t)FA_BC * D); /* between packed blocks */
+    const size_t stride = pack_stride(D);
 
     for (int kb = 0; kb < nblocks; kb++) {
         const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
-        pack_kv(pl, &s, kb, b, hk, rk + jb, nb);
+        pack_kv(pl, &s, s.Kt, s.Vt, kb, b, hk, rk + jb, nb);
     }
     memset(s.acc1, 0, (size_t)n * D * sizeof(float)); // dK: [n, D]
     memset(s.acc2, 0, (size_t)n * D * sizeof(float)); // dV: [n, D]
@@ -168,78 +253,127 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     /* Query rows that see any key of the task: [i_begin, i_end). */
     int64_t i_begin = p->window_right < 0 ? 0 : j0 - off - p->window_right;
     int64_t i_end = p->window_left < 0 ? sq : j0 + n - off + p->window_left;
-    i_begin = i_begin > 0 ? i_begin : 0;
+    i_begin = i_begin > 0 ? i_begin / FA_BR * FA_BR : 0; /* the tile grid's query blocks */
     i_end = i_end < sq ? i_end : sq;
     for (int64_t hh = 0; hh < pl->g; hh++) {
         const int64_t h = hk * pl->g + hh;
         for (int64_t i0 = i_begin; i0 < i_end; i0 += FA_BR) {
-            const int64_t nr = i_end - i0 < FA_BR ? i_end - i0 : FA_BR;
+            const int64_t nr = sq - i0 < FA_BR ? sq - i0 : FA_BR;
             load_rows(pl, &s, b, h, i0, nr);
-            /* the next query block (or the next head's first) arrives while this one runs */
-            const int64_t ni = i0 + FA_BR < i_end ? i0 + FA_BR : i_begin;
-            const int64_t nh = i0 + FA_BR < i_end ? h : h + 1;
-            if (nh < (hk + 1) * pl->g) {
-                const int64_t nn = i_end - ni < FA_BR ? i_end - ni : FA_BR;
-                fa__prefetch_block(&p->q, b, fa__row0_q(p, b) + ni, nn, nh, D);
-                fa__prefetch_block(&p->dout, b, fa__row0_q(p, b) + ni, nn, nh, D);
-            }
+            prefetch_next_rows(pl, b, hk, h, i0, i_begin, i_end);
             for (int kb = 0; kb < nblocks; kb++) {
                 const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
                 tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb);
-                kern->transpose((int)nr, (int)nb, s.P, FA_BC, s.PT, FA_BR);   // PT: [nb, nr]
-                kern->transpose((int)nr, (int)nb, s.dS, FA_BC, s.dST, FA_BR); // dST: [nb, nr]
-                float *dk = s.acc1 + kb * FA_BC * D, *dv = s.acc2 + kb * FA_BC * D; // [nb, D]
-                kern->pv((int)nb, (int)nr, (int)D, s.dST, FA_BR, s.Q, D, s.ones, dk, D);
-                kern->pv((int)nb, (int)nr, (int)D, s.PT, FA_BR, s.dO, D, s.ones, dv, D);
+                add_dkdv(pl, &s, nr, nb, s.acc1 + kb * FA_BC * D, s.acc2 + kb * FA_BC * D);
             }
         }
     }
-    const float dk_scale = p->scale / pl->qscale; /* Q was loaded times qscale */
-    for (int64_t j = 0; j < n; j++) {
-        fa__store_f32(fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, s.acc1 + j * D, D,
-                      p->dk.sd, dk_scale);
-        fa__store_f32(fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, s.acc2 + j * D, D,
-                      p->dv.sd, 1.0f);
-    }
+    store_dkdv(pl, b, hk, j0, n, s.acc1, s.acc2);
 }
 
-/* ---- pass 2: dQ ---- */
+/* ---- split pass 2: dQ ---- */
 
 static void dq_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
-    const fa__cpu_kernels *kern = pl->kern;
     bwd_scratch s;
     carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
 
     const int64_t b = fa__task_batch(pl->start[2], p->B, task), local = task - pl->start[2][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
     const int64_t nqb = (sq + FA_BR - 1) / FA_BR, h = local / nqb, i0 = local % nqb * FA_BR;
-    const int64_t nr = sq - i0 < FA_BR ? sq - i0 : FA_BR, hk = h / pl->g;
-    const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
+    const int64_t nr = sq - i0 < FA_BR ? sq - i0 : FA_BR, hk = h / pl->g, rk = fa__row0_k(p, b);
 
     load_rows(pl, &s, b, h, i0, nr);
     memset(s.acc1, 0, (size_t)nr * D * sizeof(float)); // dQ: [nr, D]
-    const int64_t j_begin = fa__key_lo(p, i0, off), j_end = fa__key_hi(p, i0 + nr - 1, off, sk);
+    int64_t j_begin, j_end;
+    key_band(p, i0, nr, off, sk, &j_begin, &j_end);
     for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
-        const int64_t n = j_end - j0 < FA_BC ? j_end - j0 : FA_BC;
-        pack_kv(pl, &s, 0, b, hk, rk + j0, n);
-        /* K: [n, D] (ld ldk); fp32 rows are dS K's operand as they are */
-        const int k_in_place = fa__rows_in_place(&p->k);
-        const float *K = k_in_place ? fa__elem(&p->k, b, rk + j0, hk)
-                                    : fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 0, s.K, s.tmp);
-        const int64_t ldk = k_in_place ? p->k.ss : D;
+        const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC;
+        pack_kv(pl, &s, s.Kt, s.Vt, 0, b, hk, rk + j0, n);
+        int64_t ldk;
+        const float *K = k_rows(pl, &s, b, hk, rk + j0, n, s.K, &ldk); // K: [n, D]
         const int64_t nn = fa__next_block(j0, j_end);
         if (nn > 0) { /* the next key block arrives while this one runs */
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
             fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
         }
         tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n);
-        kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+        pl->kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
     }
-    for (int64_t r = 0; r < nr; r++)
-        fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, s.acc1 + r * D, D,
-                      p->dq.sd, p->scale);
+    store_dq(pl, b, h, i0, nr, s.acc1);
+}
+
+/* ---- fused: dK, dV and dQ of one (batch, KV head) ---- */
+
+/* The head scratch of a batch with sk keys: Kᵀ, Vᵀ packed for every key block, the dK and dV
+ * sums, and (unless K is used in place) K as fp32 rows. */
+typedef struct bwd_head {
+    float *Kt, *Vt; /* [nkb][D, Bc] */
+    float *dk, *dv; /* [sk, D] */
+    float *krows;   /* [sk, D] */
+} bwd_head;
+
+/* Carves h from `at` (NULL: only counts); returns the floats it takes. */
+static size_t carve_head(const bwd_plan *pl, float *at, int64_t sk, bwd_head *h) {
+    const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
+    const size_t packed = (size_t)nkb * pack_stride(pl->p->D);
+    const size_t rows = fa__round_up((size_t)(nkb * FA_BC * pl->p->D));
+    memset(h, 0, sizeof *h);
+    if (at) {
+        h->Kt = at, h->Vt = at + packed, h->dk = at + 2 * packed, h->dv = h->dk + rows;
+        h->krows = h->dv + rows;
+    }
+    return 2 * packed + (fa__rows_in_place(&pl->p->k) ? 2 : 3) * rows;
+}
+
+static void fused_task(void *arg, int64_t task, int worker) {
+    const bwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    bwd_scratch s;
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+
+    const int64_t b = task / p->Hk, hk = task % p->Hk, D = p->D, rk = fa__row0_k(p, b);
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
+    const size_t stride = pack_stride(D);
+    bwd_head hd;
+    carve_head(pl, pl->head + (size_t)worker * pl->head_floats, sk, &hd);
+    float *Kt = hd.Kt, *Vt = hd.Vt, *dk = hd.dk, *dv = hd.dv, *krows = hd.krows;
+
+    const int k_in_place = fa__rows_in_place(&p->k);
+    int64_t ldk = D; /* K rows: in the input (ld ldk) or converted into krows ([sk, D]) */
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int64_t j0 = kb * FA_BC, n = sk - j0 < FA_BC ? sk - j0 : FA_BC;
+        pack_kv(pl, &s, Kt, Vt, kb, b, hk, rk + j0, n);
+        if (!k_in_place) k_rows(pl, &s, b, hk, rk + j0, n, krows + j0 * D, &ldk);
+    }
+    memset(dk, 0, (size_t)(sk * D) * sizeof(float)); // dK: [sk, D]
+    memset(dv, 0, (size_t)(sk * D) * sizeof(float)); // dV: [sk, D]
+    for (int64_t hh = 0; hh < pl->g; hh++) {
+        const int64_t h = hk * pl->g + hh;
+        for (int64_t i0 = 0; i0 < sq; i0 += FA_BR) {
+            const int64_t nr = sq - i0 < FA_BR ? sq - i0 : FA_BR;
+            load_rows(pl, &s, b, h, i0, nr);
+            prefetch_next_rows(pl, b, hk, h, i0, 0, sq);
+            memset(s.acc1, 0, (size_t)nr * D * sizeof(float)); // dQ: [nr, D]
+            int64_t j_begin, j_end;
+            key_band(p, i0, nr, off, sk, &j_begin, &j_end);
+            for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
+                const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC, kb = j0 / FA_BC;
+                const float *K = k_in_place ? k_rows(pl, &s, b, hk, rk + j0, n, NULL, &ldk)
+                                            : krows + j0 * D; // K: [n, D]
+                const int64_t nn = fa__next_block(j0, j_end);
+                if (nn > 0 && k_in_place) /* read from the input: ask ahead */
+                    fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
+                tile(pl, &s, Kt + kb * stride, Vt + kb * stride, b, h, i0, nr, j0, n);
+                add_dkdv(pl, &s, nr, n, dk + j0 * D, dv + j0 * D);
+                pl->kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+            }
+            store_dq(pl, b, h, i0, nr, s.acc1);
+        }
+    }
+    store_dkdv(pl, b, hk, 0, sk, dk, dv);
 }
 
 /* Varlen rows outside every sequence get zero gradients. */
@@ -260,16 +394,29 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     bwd_scratch probe;
     pl.scratch_floats = carve(&probe, NULL, p->D);
     const int nthreads = fa__context_threads(ctx);
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t sk = fa__seqlen_k(p, b);
+        pl.max_sk = sk > pl.max_sk ? sk : pl.max_sk;
+    }
+    /* Fused when the threads get enough (b, hk) tasks and the head scratch is small enough. */
+    bwd_head none;
+    pl.head_floats = carve_head(&pl, NULL, pl.max_sk, &none);
+    const int fused = (nthreads == 1 || p->B * p->Hk >= (int64_t)FA_FUSED_TASKS * nthreads) &&
+                      pl.head_floats > 0 && pl.head_floats <= FA_FUSED_MAX_FLOATS;
     const size_t rows = p->cu_q ? (size_t)p->total_q : (size_t)(p->B * p->Sq);
+    const size_t scratch_bytes = (size_t)nthreads * pl.scratch_floats * sizeof(float);
+    const size_t head_bytes = fused ? (size_t)nthreads * pl.head_floats * sizeof(float) : 0;
     pl.delta = malloc((rows * (size_t)p->H + 1) * sizeof(float));
     pl.start[0] = malloc(3 * (size_t)(p->B + 1) * sizeof(int64_t));
-    pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
-    if (!pl.delta || !pl.start[0] || !pl.scratch) {
+    pl.scratch = aligned_alloc(64, scratch_bytes);
+    pl.head = fused ? aligned_alloc(64, head_bytes) : NULL;
+    if (!pl.delta || !pl.start[0] || !pl.scratch || (fused && !pl.head)) {
         free(pl.delta);
         free(pl.start[0]);
         free(pl.scratch);
+        free(pl.head);
         return fa__error(FA_ERR_NO_MEMORY, "backward: cannot allocate %zu bytes of scratch",
-                         (size_t)nthreads * pl.scratch_floats * sizeof(float));
+                         scratch_bytes + head_bytes);
     }
     for (int pass = 0; pass < 3; pass++) {
         pl.start[pass] = pl.start[0] + pass * (p->B + 1);
@@ -289,11 +436,16 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     }
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.start[0][p->B], delta_task, &pl);
-    fa__context_run(ctx, pl.start[1][p->B], dkdv_task, &pl);
-    fa__context_run(ctx, pl.start[2][p->B], dq_task, &pl);
+    if (fused) {
+        fa__context_run(ctx, p->B * p->Hk, fused_task, &pl);
+    } else {
+        fa__context_run(ctx, pl.start[1][p->B], dkdv_task, &pl);
+        fa__context_run(ctx, pl.start[2][p->B], dq_task, &pl);
+    }
 
     free(pl.delta);
     free(pl.start[0]);
     free(pl.scratch);
+    free(pl.head);
     return FA_OK;
 }
