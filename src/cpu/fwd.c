@@ -96,15 +96,17 @@ static size_t scratch_floats(const fwd_plan *pl) {
 
 /* The online softmax step of head hk's R rows over keys [j0, j0 + n): scores S ([R, Bc]) become
  * the (dropped) probabilities, m and l are updated and alpha ([R]) gets the factor the rows of O
- * must be rescaled by. */
+ * must be rescaled by. Rows at the first `skip` positions of each query head (which see none of
+ * these keys) are left alone. */
 static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S, float *alpha,
-                          int64_t j0, int64_t n, int masked) {
+                          int64_t j0, int64_t n, int masked, int64_t skip) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t b = t->b, nr = t->nr, R = t->R, base = (hk - t->hk0) * R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     float *m = t->m + base, *l = t->l + base;
     for (int64_t r = 0; r < R; r++) {
+        if (r % nr < skip) continue;
         float *s = S + r * FA_BC; // s: [n]
         const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
         fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
@@ -156,7 +158,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         }
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
-                          masked);
+                          masked, 0);
         for (int64_t jg = 0; jg < n; jg += FA_PV_KEYS) { // O = alpha O + P V, next K asked for
             const int c = (int)(n - jg < FA_PV_KEYS ? n - jg : FA_PV_KEYS);
             const int cn = (int)(nn - jg < FA_PV_KEYS ? (nn - jg > 0 ? nn - jg : 0) : FA_PV_KEYS);
@@ -212,6 +214,14 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             decode_block(pl, t, j0, n, j_hi, masked);
             continue;
         }
+        /* On a block at the band's right edge, the first `skip` positions of each query head may
+         * see none of its keys: the products then run per query head on the other rows. */
+        int64_t skip = 0;
+        if (masked && p->window_right >= 0) {
+            skip = j0 - off - p->window_right - i0;
+            skip = skip < 0 ? 0 : skip < nr ? skip : nr - 1;
+        }
+        const int64_t runs = skip > 0 ? pl->g : 1, len = skip > 0 ? nr - skip : R;
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D;
@@ -220,8 +230,6 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             if (bf16) {
                 fa__pack_k_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
-                kern->qk_bf16((int)R, (int)n, (int)D2, (const uint32_t *)t->Q + base * ldq, D2,
-                              (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S, FA_BC);
             } else {
                 fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
                 if (v_in_place) { /* fp32 rows are P V's operand as they are */
@@ -230,21 +238,35 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 } else {
                     V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp);
                 }
-                kern->qk((int)R, (int)n, (int)D, t->Q + base * ldq, D, t->Kpack, FA_BC, S, FA_BC);
+            }
+            for (int64_t u = 0; u < runs; u++) { // S rows [r0, r0 + len): [len, n]
+                const int64_t r0 = u * nr + skip;
+                if (bf16)
+                    kern->qk_bf16((int)len, (int)n, (int)D2, (const uint32_t *)t->Q + (base + r0) * ldq,
+                                  D2, (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S + r0 * FA_BC,
+                                  FA_BC);
+                else
+                    kern->qk((int)len, (int)n, (int)D, t->Q + (base + r0) * ldq, D, t->Kpack, FA_BC,
+                             S + r0 * FA_BC, FA_BC);
             }
             const int64_t nn = fa__next_block(j0, j_hi);
             if (nn > 0) { /* the next block arrives while this one runs */
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
-            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked);
-            if (bf16) {
-                for (int64_t r = 0; r < R; r++)
-                    kern->to_bf16((int)n, S + r * FA_BC, (uint16_t *)(t->P2 + r * (FA_BC / 2)));
-                kern->pv_bf16((int)R, (int)(n + 1) / 2, (int)D, t->P2, FA_BC / 2,
-                              (const uint32_t *)t->Vpack, D, t->alpha, O, D);
-            } else {
-                kern->pv((int)R, (int)n, (int)D, S, FA_BC, V, ldv, t->alpha, O, D);
+            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, skip);
+            for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
+                const int64_t r0 = u * nr + skip;
+                if (bf16) {
+                    uint32_t *P2 = t->P2 + r0 * (FA_BC / 2);
+                    for (int64_t r = 0; r < len; r++)
+                        kern->to_bf16((int)n, S + (r0 + r) * FA_BC, (uint16_t *)(P2 + r * (FA_BC / 2)));
+                    kern->pv_bf16((int)len, (int)(n + 1) / 2, (int)D, P2, FA_BC / 2,
+                                  (const uint32_t *)t->Vpack, D, t->alpha + r0, O + r0 * D, D);
+                } else {
+                    kern->pv((int)len, (int)n, (int)D, S + r0 * FA_BC, FA_BC, V, ldv, t->alpha + r0,
+                             O + r0 * D, D);
+                }
             }
         }
     }
