@@ -120,7 +120,10 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
     }
 }
 
-enum { FA_QK_KEYS = 4, FA_PV_KEYS = 8 }; /* keys per decode product call */
+/* Keys per decode product call. pv calls take 8 keys of fp32 V (reading the cache in small
+ * groups, front to back, keeps fp32 decode at its best read rate) and 32 of fp16/bf16 V, whose
+ * decode is bound by the cores: longer calls save the per-call accumulator loads and stores. */
+enum { FA_QK_KEYS = 8, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in small groups, every head
@@ -137,6 +140,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
     const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
     const int64_t nn = fa__next_block(j0, j_hi);
+    const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, t->hk0, vrow);
@@ -159,11 +163,11 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0);
-        for (int64_t jg = 0; jg < n; jg += FA_PV_KEYS) { // O = alpha O + P V, next K asked for
-            const int c = (int)(n - jg < FA_PV_KEYS ? n - jg : FA_PV_KEYS);
-            const int cn = (int)(nn - jg < FA_PV_KEYS ? (nn - jg > 0 ? nn - jg : 0) : FA_PV_KEYS);
+        for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V, next K asked for
+            const int c = (int)(n - jg < pvk ? n - jg : pvk);
+            const int cn = (int)(nn - jg < pvk ? (nn - jg > 0 ? nn - jg : 0) : pvk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *v[FA_PV_KEYS], *k[FA_PV_KEYS];
+                const void *v[FA_PV_KEYS_HALF], *k[FA_PV_KEYS_HALF];
                 for (int j = 0; j < c; j++)
                     v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
                 for (int j = 0; j < cn; j++)
