@@ -49,6 +49,7 @@ typedef struct bwd_plan {
     int64_t *start[3];          /* per pass: [B + 1] first task of each batch */
     float *scratch;             /* [threads][scratch_floats] */
     size_t scratch_floats;
+    int bf16;                   /* bf16 inputs, bf16 dot product: S and dPd from bf16 pairs */
     float *head;                /* fused only: [threads][head_floats] */
     size_t head_floats;
     int64_t max_sk;             /* longest key sequence of any batch */
@@ -57,9 +58,10 @@ typedef struct bwd_plan {
 /* Per-worker scratch, carved in a fixed order. */
 typedef struct bwd_scratch {
     float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout */
+    uint32_t *Q2, *dO2; /* [Br, D/2] pairs: q (unscaled) and dout as bf16 (plan bf16 only) */
     float *P, *dS;      /* [Br, Bc] */
     float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 */
-    float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc]; pass 2 uses the first */
+    float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc] (bf16: [D/2, Bc] pairs); pass 2 uses the first */
     float *K;           /* [Bc, D] (pass 2) */
     float *tmp;         /* [Bc, D]: rows on their way to a transpose */
     float *acc1, *acc2; /* pass 1: dK, dV [FA_KV_TASK·Bc, D]; pass 2: dQ [Br, D] in acc1 */
@@ -73,9 +75,11 @@ static size_t carve(bwd_scratch *s, float *base, int64_t D) {
     const size_t rd = fa__round_up((size_t)FA_BR * D), cd = fa__round_up((size_t)FA_BC * D);
     const size_t rc = fa__round_up((size_t)FA_BR * FA_BC), r = fa__round_up(FA_BR);
     const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES), kcd = FA_KV_TASK * cd;
+    const size_t rd2 = fa__round_up((size_t)FA_BR * ((D + 1) / 2));
     float *at = base;
-#define FA_TAKE(field, n) (s->field = at, at += (n))
-    FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
+#define FA_TAKE(field, n) (s->field = (void *)at, at += (n))
+    FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(Q2, rd2), FA_TAKE(dO2, rd2);
+    FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
     FA_TAKE(dST, rc), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
     FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
     FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m);
@@ -120,6 +124,11 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
         else fa__load_f32(s->Q + r * D, 1, q, p->q.dtype, D, p->q.sd, pl->qscale);
         if (p->dout.sd == 1) pl->kern->to_f32((int)D, dout, p->dout.dtype, 1.0f, s->dO + r * D);
         else fa__load_f32(s->dO + r * D, 1, dout, p->dout.dtype, D, p->dout.sd, 1.0f);
+        if (pl->bf16) {
+            const int64_t D2 = (D + 1) / 2;
+            fa__copy_bf16_row((uint16_t *)(s->Q2 + r * D2), q, D, p->q.sd);
+            fa__copy_bf16_row((uint16_t *)(s->dO2 + r * D2), dout, D, p->dout.sd);
+        }
         const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
         s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
         s->dlt[r] = pl->delta[delta_index(p, b, h, i)];
@@ -133,8 +142,16 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    kern->qk((int)nr, (int)n, (int)D, s->Q, D, Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
-    kern->qk((int)nr, (int)n, (int)D, s->dO, D, Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
+    if (pl->bf16) { /* bf16 products are exact in fp32: the same S as the forward's */
+        const int64_t D2 = (D + 1) / 2;
+        kern->qk_bf16((int)nr, (int)n, (int)D2, s->Q2, D2, (const uint32_t *)Kt, FA_BC,
+                      pl->qscale, s->P, FA_BC);                                        // S
+        kern->qk_bf16((int)nr, (int)n, (int)D2, s->dO2, D2, (const uint32_t *)Vt, FA_BC, 1.0f,
+                      s->dS, FA_BC);                                                   // dPd
+    } else {
+        kern->qk((int)nr, (int)n, (int)D, s->Q, D, Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
+        kern->qk((int)nr, (int)n, (int)D, s->dO, D, Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
+    }
     const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
     for (int64_t r = 0; r < nr; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
@@ -156,6 +173,13 @@ static size_t pack_stride(int64_t D) { return fa__round_up((size_t)FA_BC * D); }
 static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *Vt, int64_t kb,
                     int64_t b, int64_t hk, int64_t row0, int64_t n) {
     const size_t at = (size_t)kb * pack_stride(pl->p->D);
+    if (pl->bf16) { /* Kᵀ and Vᵀ as [D/2, n] bf16 pairs */
+        fa__pack_k_bf16(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, (uint32_t *)(Kt + at),
+                        (uint16_t *)s->tmp);
+        fa__pack_k_bf16(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, (uint32_t *)(Vt + at),
+                        (uint16_t *)s->tmp);
+        return;
+    }
     fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, Kt + at, s->tmp);
     fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, s->tmp);
 }
@@ -389,6 +413,7 @@ static void clear_outside(const fa__problem *p) {
 
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     bwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
+    pl.bf16 = p->q.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 != NULL;
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
 
     bwd_scratch probe;

@@ -112,9 +112,9 @@ void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride
     if (n & 1) dst[n] = 0;
 }
 
-void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
-                     int64_t hk, int64_t n, uint32_t *pack, uint16_t *tmp) {
-    const fa__view *x = &p->k;
+void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
+                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack,
+                     uint16_t *tmp) {
     const int64_t D = p->D, D2 = (D + 1) / 2;
     /* A pair is one 32-bit word, so Kᵀ in pairs is a 32-bit transpose of the key rows. */
     if (x->sd == 1 && D % 2 == 0 && x->ss % 2 == 0 && !x->block_table) {
