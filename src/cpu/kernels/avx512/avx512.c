@@ -147,11 +147,13 @@ static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetc
             _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
 }
 
-/* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction. DT is a
- * compile-time dtype in each caller, so the conversion is chosen outside the loops. */
+/* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction whose 128-bit
+ * lane ii holds row ii's 4 scores, stored as one piece. DT is a compile-time dtype in each
+ * caller, so the conversion is chosen outside the loops; whole 16-column chunks load unmasked. */
 static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq,
                               const void *const *k, const int32_t DT, float *s, int64_t lds,
                               const fa__prefetch *pf) {
+    const int dfull = d / 16 * 16;
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
             if (i0 == 0) /* pf's rows, 4 per 4 keys */
@@ -159,22 +161,37 @@ static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const void *kr[4];
+            const float *qr[4];
             for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
+            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
+                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
             for (int c = 0; c < d; c += 16) {
                 __m512 kv[4], qv[4];
-                for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
-                for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
-                    qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c),
-                                                   q + (i0 + (i0 + ii < m ? ii : 0)) * ldq + c);
+                if (c < dfull) {
+                    for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
+                    for (int ii = 0; ii < 4; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
+                } else {
+                    for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
+                    for (int ii = 0; ii < 4; ii++)
+                        qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c), qr[ii] + c);
+                }
                 for (int ii = 0; ii < 4; ii++)
                     for (int jj = 0; jj < 4; jj++)
                         acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
             }
-            float out[16];
-            _mm512_storeu_ps(out, sum16(acc));
-            for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
-                for (int jj = 0; jj < 4 && j0 + jj < n; jj++)
-                    s[(i0 + ii) * lds + j0 + jj] = out[4 * ii + jj];
+            const __m512 sums = sum16(acc);
+            const int rows = m - i0 < 4 ? m - i0 : 4;
+            if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
+                _mm_storeu_ps(s + i0 * lds + j0, _mm512_castps512_ps128(sums));
+                if (rows > 1) _mm_storeu_ps(s + (i0 + 1) * lds + j0, _mm512_extractf32x4_ps(sums, 1));
+                if (rows > 2) _mm_storeu_ps(s + (i0 + 2) * lds + j0, _mm512_extractf32x4_ps(sums, 2));
+                if (rows > 3) _mm_storeu_ps(s + (i0 + 3) * lds + j0, _mm512_extractf32x4_ps(sums, 3));
+            } else {
+                float out[16];
+                _mm512_storeu_ps(out, sums);
+                for (int ii = 0; ii < rows; ii++)
+                    for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[4 * ii + jj];
+            }
         }
 }
 
