@@ -529,7 +529,7 @@ static void group_empty(void) {
     failed += run_all_dtypes(c, &n);
     c = bc_cfg(2, 1, 1, 4, 2, 33); /* one key: dS = 0, so dq = dk = 0 (up to rounding) */
     failed += run_all_dtypes(c, &n);
-    c = bc_cfg(1, 1, 70, 4, 4, 64); /* Sq = 1 over two key blocks */
+    c = bc_cfg(1, 1, 200, 4, 4, 64); /* Sq = 1 over two key blocks */
     c.causal = 1;
     failed += run_all_dtypes(c, &n);
     group_line("empty / fully masked / Sq=1, Sk=0/1", n, failed);

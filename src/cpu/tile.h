@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 enum {
-    FA_BC = 64,    /* keys per block */
+    FA_BC = 128,   /* keys per block */
     FA_ALIGN = 16  /* scratch arrays start on 64-byte boundaries (16 floats) */
 };
 
