@@ -21,19 +21,22 @@ static inline __m256i lanes(int left) {
     return _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 8 - left));
 }
 
-/* One MR x 16 tile of C; lanes outside (k0, k1) are neither read nor written. */
+/* One MR x 16 tile of C; lanes outside (k0, k1) are neither read nor written. FULL (a
+ * compile-time constant at each call) says every lane is in: plain loads and stores then, since
+ * vmaskmovps is slow on some CPUs (a masked store takes many cycles on AMD's). */
+#define FA_AVX2_LOAD(p, k) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, k))
 #define FA_AVX2_TILE(MR)                                                                           \
-    static inline void tile_##MR(int k, const float *a, int64_t lda, const float *b,               \
-                                 int64_t ldb, const float *beta, float *c, int64_t ldc,            \
-                                 __m256i k0, __m256i k1) {                                         \
+    static inline __attribute__((always_inline)) void tile_##MR(                                   \
+        int k, const float *a, int64_t lda, const float *b, int64_t ldb, const float *beta,        \
+        float *c, int64_t ldc, __m256i k0, __m256i k1, const int full) {                           \
         __m256 acc[MR][2]; /* C tile: [MR, 16] */                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
             acc[i][0] = _mm256_setzero_ps();                                                       \
             acc[i][1] = _mm256_setzero_ps();                                                       \
         }                                                                                          \
         for (int t = 0; t < k; t++) {                                                              \
-            const __m256 b0 = _mm256_maskload_ps(b + t * ldb, k0);     /* B[t, 0:8] */            \
-            const __m256 b1 = _mm256_maskload_ps(b + t * ldb + 8, k1); /* B[t, 8:16] */           \
+            const __m256 b0 = FA_AVX2_LOAD(b + t * ldb, k0);     /* B[t, 0:8] */                  \
+            const __m256 b1 = FA_AVX2_LOAD(b + t * ldb + 8, k1); /* B[t, 8:16] */                 \
             _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                 \
                 const __m256 ai = _mm256_broadcast_ss(a + i * lda + t);                            \
                 acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);                                    \
@@ -44,11 +47,16 @@ static inline __m256i lanes(int left) {
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
             if (beta) {                                                                            \
                 const __m256 s = _mm256_set1_ps(beta[i]);                                         \
-                acc[i][0] = _mm256_fmadd_ps(s, _mm256_maskload_ps(c + i * ldc, k0), acc[i][0]);   \
-                acc[i][1] = _mm256_fmadd_ps(s, _mm256_maskload_ps(c + i * ldc + 8, k1), acc[i][1]); \
+                acc[i][0] = _mm256_fmadd_ps(s, FA_AVX2_LOAD(c + i * ldc, k0), acc[i][0]);         \
+                acc[i][1] = _mm256_fmadd_ps(s, FA_AVX2_LOAD(c + i * ldc + 8, k1), acc[i][1]);     \
             }                                                                                      \
-            _mm256_maskstore_ps(c + i * ldc, k0, acc[i][0]);                                       \
-            _mm256_maskstore_ps(c + i * ldc + 8, k1, acc[i][1]);                                   \
+            if (full) {                                                                            \
+                _mm256_storeu_ps(c + i * ldc, acc[i][0]);                                          \
+                _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);                                      \
+            } else {                                                                               \
+                _mm256_maskstore_ps(c + i * ldc, k0, acc[i][0]);                                   \
+                _mm256_maskstore_ps(c + i * ldc + 8, k1, acc[i][1]);                               \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -57,26 +65,33 @@ FA_AVX2_TILE(4)
 FA_AVX2_TILE(2)
 FA_AVX2_TILE(1)
 
+/* The tiles of one 16-column panel (FULL: all 16 columns are in). */
+static inline __attribute__((always_inline)) void panel(int m, int k, const float *a, int64_t lda,
+                                                        const float *b, int64_t ldb,
+                                                        const float *beta, float *c, int64_t ldc,
+                                                        __m256i k0, __m256i k1, const int full) {
+    int i = 0;
+    for (; i + 6 <= m; i += 6)
+        tile_6(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+    /* the last m % 6 rows as 4 + 2 + 1 */
+    if (m - i >= 4) {
+        tile_4(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+        i += 4;
+    }
+    if (m - i >= 2) {
+        tile_2(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+        i += 2;
+    }
+    if (m - i >= 1)
+        tile_1(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+}
+
 static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
                  const float *beta, float *c, int64_t ldc) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         const __m256i k0 = lanes(n - j0), k1 = lanes(n - j0 - 8);
-        const float *bj = b + j0;
-        float *cj = c + j0;
-        int i = 0;
-        for (; i + 6 <= m; i += 6)
-            tile_6(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
-        /* the last m % 6 rows as 4 + 2 + 1 */
-        if (m - i >= 4) {
-            tile_4(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
-            i += 4;
-        }
-        if (m - i >= 2) {
-            tile_2(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
-            i += 2;
-        }
-        if (m - i >= 1)
-            tile_1(k, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, cj + i * ldc, ldc, k0, k1);
+        if (n - j0 >= 16) panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, k0, k1, 1);
+        else panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, k0, k1, 0);
     }
 }
 
