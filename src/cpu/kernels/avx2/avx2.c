@@ -112,7 +112,8 @@ static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, floa
         const int left = n - t;
         __m256 x;
         if (dtype == FA_DTYPE_F32) {
-            x = _mm256_maskload_ps((const float *)src + t, lanes(left));
+            x = left >= 8 ? _mm256_loadu_ps((const float *)src + t)
+                          : _mm256_maskload_ps((const float *)src + t, lanes(left));
         } else {
             __m128i h;
             if (left >= 8) {
@@ -126,7 +127,8 @@ static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, floa
                     ? _mm256_cvtph_ps(h)
                     : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
         }
-        _mm256_maskstore_ps(dst + t, lanes(left), _mm256_mul_ps(s, x));
+        if (left >= 8) _mm256_storeu_ps(dst + t, _mm256_mul_ps(s, x));
+        else _mm256_maskstore_ps(dst + t, lanes(left), _mm256_mul_ps(s, x));
     }
 }
 
@@ -137,8 +139,11 @@ static void transpose_avx2(int n, int d, const float *src, int64_t lds, float *d
         for (int t0 = 0; t0 < d; t0 += 8) {
             const __m256i kt = lanes(d - t0), kj = lanes(n - j0);
             __m256 r[8], u[8], w[8];
+            const int full_t = d - t0 >= 8, full_j = n - j0 >= 8; /* plain loads and stores */
             for (int i = 0; i < 8; i++) /* r[i] = src[j0 + i, t0:t0+8] */
-                r[i] = j0 + i < n ? _mm256_maskload_ps(src + (j0 + i) * lds + t0, kt) : _mm256_setzero_ps();
+                r[i] = j0 + i >= n ? _mm256_setzero_ps()
+                       : full_t    ? _mm256_loadu_ps(src + (j0 + i) * lds + t0)
+                                   : _mm256_maskload_ps(src + (j0 + i) * lds + t0, kt);
             for (int i = 0; i < 8; i += 2) {
                 u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
                 u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -152,8 +157,13 @@ static void transpose_avx2(int n, int d, const float *src, int64_t lds, float *d
             for (int e = 0; e < 4; e++) { /* output rows t0 + e and t0 + 4 + e */
                 const __m256 lo = _mm256_permute2f128_ps(w[e], w[4 + e], 0x20);
                 const __m256 hi = _mm256_permute2f128_ps(w[e], w[4 + e], 0x31);
-                if (t0 + e < d) _mm256_maskstore_ps(dst + (t0 + e) * ldd + j0, kj, lo);
-                if (t0 + 4 + e < d) _mm256_maskstore_ps(dst + (t0 + 4 + e) * ldd + j0, kj, hi);
+                if (full_j) {
+                    if (t0 + e < d) _mm256_storeu_ps(dst + (t0 + e) * ldd + j0, lo);
+                    if (t0 + 4 + e < d) _mm256_storeu_ps(dst + (t0 + 4 + e) * ldd + j0, hi);
+                } else {
+                    if (t0 + e < d) _mm256_maskstore_ps(dst + (t0 + e) * ldd + j0, kj, lo);
+                    if (t0 + 4 + e < d) _mm256_maskstore_ps(dst + (t0 + 4 + e) * ldd + j0, kj, hi);
+                }
             }
         }
 }
@@ -175,7 +185,9 @@ static inline float hsum(__m256 v) {
 static float row_max_avx2(int n, const float *x) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     __m256 mx = ninf;
-    for (int j = 0; j < n; j += 8) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + j));
+    if (j < n) { /* the tail */
         const __m256i k = lanes(n - j);
         const __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + j, k), _mm256_castsi256_ps(k));
         mx = _mm256_max_ps(mx, v);
@@ -205,7 +217,13 @@ static inline __m256 exp2_ps(__m256 x) {
 static float exp2_sum_avx2(int n, float *x, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
-    for (int j = 0; j < n; j += 8) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 e = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        _mm256_storeu_ps(x + j, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (j < n) { /* the tail */
         const __m256i k = lanes(n - j);
         const __m256 e = _mm256_and_ps(exp2_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, k), vm)),
                                        _mm256_castsi256_ps(k));
