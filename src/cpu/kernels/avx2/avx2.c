@@ -132,6 +132,148 @@ static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, floa
     }
 }
 
+/* ---- decode products on rows read in place (kernels.h: qk_rows, pv_rows) ---- */
+
+/* 8 elements of a row of any dtype from element c on (fewer than 8 left: zero-filled, never
+ * reading past the row). */
+static inline __attribute__((always_inline)) __m256 load8(const void *row, int32_t dtype, int c,
+                                                          int left) {
+    if (dtype == FA_DTYPE_F32)
+        return left >= 8 ? _mm256_loadu_ps((const float *)row + c)
+                         : _mm256_maskload_ps((const float *)row + c, lanes(left));
+    __m128i h;
+    if (left >= 8) {
+        h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
+    } else {
+        uint16_t part[8] = {0};
+        for (int i = 0; i < left; i++) part[i] = ((const uint16_t *)row)[c + i];
+        h = _mm_loadu_si128((const __m128i *)part);
+    }
+    if (dtype == FA_DTYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Prefetches row r of pf (all its lines), if there is one, into L2. */
+static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
+    if (pf && r < pf->n)
+        for (int at = 0; at < pf->bytes; at += 64)
+            _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
+}
+
+/* The 8 sums of v[0..8): lane k of the result is the sum of v[k]'s lanes. */
+static inline __m256 sum8(const __m256 v[8]) {
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    /* a: 128-bit lane 0 the low-half sums of v[0..3], lane 1 the high-half sums; b likewise */
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+/* Tiles of 4 rows x 2 keys: 8 accumulators over d, then one 8-way reduction whose lanes 2ii,
+ * 2ii+1 are row ii's scores. DT is a compile-time dtype in each caller. */
+static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q,
+                                                             int64_t ldq, const void *const *k,
+                                                             const int32_t DT, float *s,
+                                                             int64_t lds, const fa__prefetch *pf) {
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int j0 = 0; j0 < n; j0 += 2) {
+            if (i0 == 0) /* pf's rows, 2 per 2 keys */
+                for (int r = j0; r < j0 + 2; r++) prefetch_row(pf, r);
+            __m256 acc[8]; /* acc[2 ii + jj]: row i0+ii, key j0+jj */
+            for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
+            const void *k0 = k[j0], *k1 = k[j0 + 1 < n ? j0 + 1 : j0]; /* pad: repeat */
+            const float *qr[4];
+            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
+                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+            for (int c = 0; c < d; c += 8) {
+                const __m256 kv0 = load8(k0, DT, c, d - c), kv1 = load8(k1, DT, c, d - c);
+                for (int ii = 0; ii < 4; ii++) {
+                    const __m256 qv = load8(qr[ii], FA_DTYPE_F32, c, d - c);
+                    acc[2 * ii] = _mm256_fmadd_ps(qv, kv0, acc[2 * ii]);
+                    acc[2 * ii + 1] = _mm256_fmadd_ps(qv, kv1, acc[2 * ii + 1]);
+                }
+            }
+            float out[8];
+            _mm256_storeu_ps(out, sum8(acc));
+            for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
+                for (int jj = 0; jj < 2 && j0 + jj < n; jj++)
+                    s[(i0 + ii) * lds + j0 + jj] = out[2 * ii + jj];
+        }
+}
+
+static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
+                         int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+}
+
+/* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1 or 2; the last chunk may be partial): 4·W
+ * named accumulators summed over the keys, then alpha O + sum. Rows past m repeat row i0's
+ * probabilities and are not stored. */
+static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
+                                                               const int W, const float *p,
+                                                               int64_t ldp, const void *const *v,
+                                                               const int32_t DT,
+                                                               const float *alpha, float *o,
+                                                               int64_t ldo, const fa__prefetch *pf) {
+    const int rows = m - i0 < 4 ? m - i0 : 4;
+    const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
+    const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
+    const __m256 z = _mm256_setzero_ps();
+    __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+7 */
+    __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* c+8 .. c+15 */
+    for (int j = 0; j < n; j++) {
+        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        const __m256 s0 = _mm256_broadcast_ss(p0 + j), s1 = _mm256_broadcast_ss(p1 + j);
+        const __m256 s2 = _mm256_broadcast_ss(p2 + j), s3 = _mm256_broadcast_ss(p3 + j);
+        const __m256 va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
+        a0 = _mm256_fmadd_ps(s0, va, a0);
+        a1 = _mm256_fmadd_ps(s1, va, a1);
+        a2 = _mm256_fmadd_ps(s2, va, a2);
+        a3 = _mm256_fmadd_ps(s3, va, a3);
+        if (W >= 2) {
+            const __m256 vb = load8(v[j], DT, c + 8, d - c - 8); /* V[j, c+8:c+16] */
+            b0 = _mm256_fmadd_ps(s0, vb, b0);
+            b1 = _mm256_fmadd_ps(s1, vb, b1);
+            b2 = _mm256_fmadd_ps(s2, vb, b2);
+            b3 = _mm256_fmadd_ps(s3, vb, b3);
+        }
+    }
+    const __m256 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    for (int w = 0; w < W; w++) {
+        const int left = d - c - 8 * w;
+        for (int ii = 0; ii < rows; ii++) {
+            float *oi = o + (i0 + ii) * ldo + c + 8 * w;
+            const __m256 x = _mm256_fmadd_ps(_mm256_set1_ps(alpha[i0 + ii]),
+                                             load8(oi, FA_DTYPE_F32, 0, left), acc[w][ii]);
+            if (left >= 8) _mm256_storeu_ps(oi, x);
+            else _mm256_maskstore_ps(oi, lanes(left), x);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d, const float *p,
+                                                             int64_t ldp, const void *const *v,
+                                                             const int32_t DT, const float *alpha,
+                                                             float *o, int64_t ldo,
+                                                             const fa__prefetch *pf) {
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        int c = 0;
+        for (; d - c > 8; c += 16, pf = NULL)
+            pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
+        if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        pf = NULL;
+    }
+}
+
+static void pv_rows_avx2(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
+                         int32_t dtype, const float *alpha, float *o, int64_t ldo,
+                         const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+}
+
 /* 8 x 8 blocks through unpack/shuffle/permute; rows past n load as zeros, columns past d and
  * n are not stored. */
 static void transpose_avx2(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
@@ -237,6 +379,8 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .name = "avx2",
     .qk = qk_avx2,
     .pv = pv_avx2,
+    .qk_rows = qk_rows_avx2,
+    .pv_rows = pv_rows_avx2,
     .to_f32 = to_f32_avx2,
     .transpose = transpose_avx2,
     .row_max = row_max_avx2,
