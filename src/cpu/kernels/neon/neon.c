@@ -7,7 +7,7 @@
  * BLIS does on armv8a but with the tile turned round: 12 rows x 8 columns in 24 q-register
  * accumulators. Each step of k loads one 8-wide row of B (2 q registers) and 12 elements of A
  * (3 q registers, from a strip of A packed as [k][12]) and does 24 FMLA by element. 12 x 8
- * rather than 8 x 12 because the column counts here are Bc = 64 keys (qk) and D = 64 / 128
+ * rather than 8 x 12 because the column counts here are Bc = 128 keys (qk) and D = 64 / 128
  * (pv), multiples of 8 but not of 12, while the row count R = g*br already has a tail.
  */
 #include "../kernels.h"
@@ -209,6 +209,150 @@ static void to_f32_neon(int n, const void *src, int32_t dtype, float scale, floa
     }
 }
 
+/* ---- decode products on rows read in place (kernels.h: qk_rows, pv_rows) ---- */
+
+/* 8 elements of a row of any dtype from element c on as two q registers (fewer than 8 left:
+ * zero-filled, never reading past the row). */
+static inline __attribute__((always_inline)) void load8(const void *row, int32_t dtype, int c,
+                                                        int left, float32x4_t *lo,
+                                                        float32x4_t *hi) {
+    if (left >= 8) {
+        if (dtype == FA_DTYPE_F32) {
+            *lo = vld1q_f32((const float *)row + c);
+            *hi = vld1q_f32((const float *)row + c + 4);
+        } else {
+            to_f32_8((const uint16_t *)row + c, dtype, lo, hi);
+        }
+        return;
+    }
+    float part[8] = {0};
+    if (dtype == FA_DTYPE_F32) {
+        for (int i = 0; i < left; i++) part[i] = ((const float *)row)[c + i];
+        *lo = vld1q_f32(part);
+        *hi = vld1q_f32(part + 4);
+        return;
+    }
+    uint16_t half[8] = {0};
+    for (int i = 0; i < left; i++) half[i] = ((const uint16_t *)row)[c + i];
+    to_f32_8(half, dtype, lo, hi);
+}
+
+/* Prefetches row r of pf (all its lines), if there is one, into L2. */
+static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
+    if (pf && r < pf->n)
+        for (int at = 0; at < pf->bytes; at += 64)
+            __builtin_prefetch((const char *)pf->rows[r] + at, 0, 2);
+}
+
+/* Tiles of 4 rows x 4 keys: 16 accumulators over d, then pairwise adds (FADDP) leave row ii's
+ * 4 scores in one register. DT is a compile-time dtype in each caller. */
+static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q,
+                                                             int64_t ldq, const void *const *k,
+                                                             const int32_t DT, float *s,
+                                                             int64_t lds, const fa__prefetch *pf) {
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int j0 = 0; j0 < n; j0 += 4) {
+            if (i0 == 0) /* pf's rows, 4 per 4 keys */
+                for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
+            float32x4_t acc[16]; /* acc[4 ii + jj]: row i0+ii, key j0+jj */
+            for (int t = 0; t < 16; t++) acc[t] = vdupq_n_f32(0.0f);
+            const void *kr[4];
+            const float *qr[4];
+            for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
+            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
+                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+            for (int c = 0; c < d; c += 8) {
+                float32x4_t klo[4], khi[4];
+                for (int jj = 0; jj < 4; jj++) load8(kr[jj], DT, c, d - c, &klo[jj], &khi[jj]);
+                for (int ii = 0; ii < 4; ii++) {
+                    float32x4_t qlo, qhi;
+                    load8(qr[ii], FA_DTYPE_F32, c, d - c, &qlo, &qhi);
+                    for (int jj = 0; jj < 4; jj++)
+                        acc[4 * ii + jj] =
+                            vfmaq_f32(vfmaq_f32(acc[4 * ii + jj], qlo, klo[jj]), qhi, khi[jj]);
+                }
+            }
+            for (int ii = 0; ii < 4 && i0 + ii < m; ii++) {
+                const float32x4_t *a = acc + 4 * ii;
+                const float32x4_t sums = vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+                if (n - j0 >= 4) {
+                    vst1q_f32(s + (i0 + ii) * lds + j0, sums);
+                } else {
+                    float out[4];
+                    vst1q_f32(out, sums);
+                    for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[jj];
+                }
+            }
+        }
+}
+
+static void qk_rows_neon(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
+                         int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+}
+
+/* Rows i0..i0+3 of O, columns [c, c + 16) (the last tile may be partial): 16 accumulators (4
+ * rows x 4 registers) summed over the keys, then alpha O + sum. Rows past m repeat row i0's
+ * probabilities and are not stored. */
+static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
+                                                               const float *p, int64_t ldp,
+                                                               const void *const *v,
+                                                               const int32_t DT,
+                                                               const float *alpha, float *o,
+                                                               int64_t ldo, const fa__prefetch *pf) {
+    const int rows = m - i0 < 4 ? m - i0 : 4;
+    const float *pr[4];
+    for (int ii = 0; ii < 4; ii++) pr[ii] = p + (i0 + (ii < rows ? ii : 0)) * ldp;
+    float32x4_t acc[4][4]; /* acc[ii][w]: row i0+ii, columns c+4w .. c+4w+3 */
+    for (int ii = 0; ii < 4; ii++)
+        for (int w = 0; w < 4; w++) acc[ii][w] = vdupq_n_f32(0.0f);
+    for (int j = 0; j < n; j++) {
+        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        float32x4_t vv[4]; /* V[j, c:c+16] */
+        load8(v[j], DT, c, d - c, &vv[0], &vv[1]);
+        load8(v[j], DT, c + 8, d - c - 8, &vv[2], &vv[3]);
+        const float32x4_t pj = {pr[0][j], pr[1][j], pr[2][j], pr[3][j]};
+        for (int w = 0; w < 4; w++) {
+            acc[0][w] = vfmaq_laneq_f32(acc[0][w], vv[w], pj, 0);
+            acc[1][w] = vfmaq_laneq_f32(acc[1][w], vv[w], pj, 1);
+            acc[2][w] = vfmaq_laneq_f32(acc[2][w], vv[w], pj, 2);
+            acc[3][w] = vfmaq_laneq_f32(acc[3][w], vv[w], pj, 3);
+        }
+    }
+    for (int ii = 0; ii < rows; ii++) {
+        float *oi = o + (i0 + ii) * ldo + c;
+        const float a = alpha[i0 + ii];
+        if (d - c >= 16) {
+            for (int w = 0; w < 4; w++)
+                vst1q_f32(oi + 4 * w, vfmaq_n_f32(acc[ii][w], vld1q_f32(oi + 4 * w), a));
+        } else {
+            float sum[16];
+            for (int w = 0; w < 4; w++) vst1q_f32(sum + 4 * w, acc[ii][w]);
+            for (int t = 0; t < d - c; t++) oi[t] = a * oi[t] + sum[t];
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d, const float *p,
+                                                             int64_t ldp, const void *const *v,
+                                                             const int32_t DT, const float *alpha,
+                                                             float *o, int64_t ldo,
+                                                             const fa__prefetch *pf) {
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int c = 0; c < d; c += 16, pf = NULL)
+            pv_rows_tile(m, i0, n, d, c, p, ldp, v, DT, alpha, o, ldo, pf);
+}
+
+static void pv_rows_neon(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
+                         int32_t dtype, const float *alpha, float *o, int64_t ldo,
+                         const fa__prefetch *pf) {
+    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+}
+
 /* 4 x 4 blocks through transpose4; the ragged edges (n % 4 rows, d % 4 columns) element by
  * element. */
 static void transpose_neon(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
@@ -296,6 +440,8 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .name = "neon",
     .qk = qk_neon,
     .pv = pv_neon,
+    .qk_rows = qk_rows_neon,
+    .pv_rows = pv_rows_neon,
     .to_f32 = to_f32_neon,
     .transpose = transpose_neon,
     .row_max = row_max_neon,
