@@ -135,25 +135,47 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     }
 }
 
+/* The rows of a tile that see some of keys j0..j0+n: [*lo, *hi) of rows i0..i0+nr. Rows above
+ * (a causal or right window's edge) or below (a left window's) see none, so their P and dS are
+ * zero and would add only exact zeros to the gradients: the products skip them. */
+static void tile_rows(const fa__problem *p, int64_t i0, int64_t nr, int64_t j0, int64_t n,
+                      int64_t off, int64_t *lo, int64_t *hi) {
+    *lo = 0, *hi = nr;
+    if (p->window_right >= 0) { /* row i sees keys < i + off + wr + 1 */
+        const int64_t first = j0 - off - p->window_right - i0;
+        *lo = first < 0 ? 0 : first > nr ? nr : first;
+    }
+    if (p->window_left >= 0) { /* row i sees keys >= i + off - wl */
+        const int64_t end = j0 + n - off + p->window_left - i0;
+        *hi = end < *lo ? *lo : end > nr ? nr : end;
+    }
+}
+
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
- * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc]. */
+ * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
+ * [*lo, *hi) that see any of the keys (tile_rows); the others are not computed. */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
-                 int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n) {
+                 int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
+                 int64_t *hi) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
+    tile_rows(p, i0, nr, j0, n, off, lo, hi);
+    const int64_t r0 = *lo, rows = *hi - *lo;
+    if (rows == 0) return;
     if (pl->bf16) { /* bf16 products are exact in fp32: the same S as the forward's */
         const int64_t D2 = (D + 1) / 2;
-        kern->qk_bf16((int)nr, (int)n, (int)D2, s->Q2, D2, (const uint32_t *)Kt, FA_BC,
-                      pl->qscale, s->P, FA_BC);                                        // S
-        kern->qk_bf16((int)nr, (int)n, (int)D2, s->dO2, D2, (const uint32_t *)Vt, FA_BC, 1.0f,
-                      s->dS, FA_BC);                                                   // dPd
-    } else {
-        kern->qk((int)nr, (int)n, (int)D, s->Q, D, Kt, FA_BC, s->P, FA_BC);   // S: [nr, n]
-        kern->qk((int)nr, (int)n, (int)D, s->dO, D, Vt, FA_BC, s->dS, FA_BC); // dPd: [nr, n]
+        kern->qk_bf16((int)rows, (int)n, (int)D2, s->Q2 + r0 * D2, D2, (const uint32_t *)Kt,
+                      FA_BC, pl->qscale, s->P + r0 * FA_BC, FA_BC); // S
+        kern->qk_bf16((int)rows, (int)n, (int)D2, s->dO2 + r0 * D2, D2, (const uint32_t *)Vt,
+                      FA_BC, 1.0f, s->dS + r0 * FA_BC, FA_BC);      // dPd
+    } else { // S, dPd: [rows, n]
+        kern->qk((int)rows, (int)n, (int)D, s->Q + r0 * D, D, Kt, FA_BC, s->P + r0 * FA_BC, FA_BC);
+        kern->qk((int)rows, (int)n, (int)D, s->dO + r0 * D, D, Vt, FA_BC, s->dS + r0 * FA_BC,
+                 FA_BC);
     }
     const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
-    for (int64_t r = 0; r < nr; r++) {
+    for (int64_t r = r0; r < *hi; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
         fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
         kern->exp2_sum((int)n, pr, s->lse2[r]); /* P = 2^(S - lse); the sum is 1 or less */
@@ -184,15 +206,26 @@ static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *
     fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, s->tmp);
 }
 
-/* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built (nr rows, nb keys); dk, dv: [nb, D]. */
-static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t nr, int64_t nb, float *dk,
-                     float *dv) {
+/* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built, over its rows [lo, hi) and nb keys;
+ * dk, dv: [nb, D]. */
+static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t nb,
+                     float *dk, float *dv) {
     const fa__cpu_kernels *kern = pl->kern;
+    const int64_t D = pl->p->D, rows = hi - lo;
+    if (rows == 0) return;
+    kern->transpose((int)rows, (int)nb, s->P + lo * FA_BC, FA_BC, s->PT, FA_BR);   // PT: [nb, rows]
+    kern->transpose((int)rows, (int)nb, s->dS + lo * FA_BC, FA_BC, s->dST, FA_BR); // dST
+    kern->pv((int)nb, (int)rows, (int)D, s->dST, FA_BR, s->Q + lo * D, D, s->ones, dk, D);
+    kern->pv((int)nb, (int)rows, (int)D, s->PT, FA_BR, s->dO + lo * D, D, s->ones, dv, D);
+}
+
+/* dQ += dS K over the tile's rows [lo, hi); K: [n, D] (ld ldk), dq: [nr, D]. */
+static void add_dq(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t n,
+                   const float *K, int64_t ldk, float *dq) {
     const int64_t D = pl->p->D;
-    kern->transpose((int)nr, (int)nb, s->P, FA_BC, s->PT, FA_BR);   // PT: [nb, nr]
-    kern->transpose((int)nr, (int)nb, s->dS, FA_BC, s->dST, FA_BR); // dST: [nb, nr]
-    kern->pv((int)nb, (int)nr, (int)D, s->dST, FA_BR, s->Q, D, s->ones, dk, D);
-    kern->pv((int)nb, (int)nr, (int)D, s->PT, FA_BR, s->dO, D, s->ones, dv, D);
+    if (hi > lo)
+        pl->kern->pv((int)(hi - lo), (int)n, (int)D, s->dS + lo * FA_BC, FA_BC, K, ldk, s->ones,
+                     dq + lo * D, D);
 }
 
 /* K rows j0..j0+n of head hk as dS K's operand: in place for fp32 rows, else converted into
@@ -287,8 +320,9 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
             prefetch_next_rows(pl, b, hk, h, i0, i_begin, i_end);
             for (int kb = 0; kb < nblocks; kb++) {
                 const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
-                tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb);
-                add_dkdv(pl, &s, nr, nb, s.acc1 + kb * FA_BC * D, s.acc2 + kb * FA_BC * D);
+                int64_t lo, hi;
+                tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb, &lo, &hi);
+                add_dkdv(pl, &s, lo, hi, nb, s.acc1 + kb * FA_BC * D, s.acc2 + kb * FA_BC * D);
             }
         }
     }
@@ -322,8 +356,9 @@ static void dq_task(void *arg, int64_t task, int worker) {
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
             fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
         }
-        tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n);
-        pl->kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+        int64_t lo, hi;
+        tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n, &lo, &hi);
+        add_dq(pl, &s, lo, hi, n, K, ldk, s.acc1);
     }
     store_dq(pl, b, h, i0, nr, s.acc1);
 }
@@ -390,9 +425,10 @@ static void fused_task(void *arg, int64_t task, int worker) {
                 const int64_t nn = fa__next_block(j0, j_end);
                 if (nn > 0 && k_in_place) /* read from the input: ask ahead */
                     fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
-                tile(pl, &s, Kt + kb * stride, Vt + kb * stride, b, h, i0, nr, j0, n);
-                add_dkdv(pl, &s, nr, n, dk + j0 * D, dv + j0 * D);
-                pl->kern->pv((int)nr, (int)n, (int)D, s.dS, FA_BC, K, ldk, s.ones, s.acc1, D);
+                int64_t lo, hi;
+                tile(pl, &s, Kt + kb * stride, Vt + kb * stride, b, h, i0, nr, j0, n, &lo, &hi);
+                add_dkdv(pl, &s, lo, hi, n, dk + j0 * D, dv + j0 * D);
+                add_dq(pl, &s, lo, hi, n, K, ldk, s.acc1);
             }
             store_dq(pl, b, h, i0, nr, s.acc1);
         }
