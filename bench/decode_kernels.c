@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * decode_kernels.c — times the decode microkernels alone (kernels.h: qk_rows, pv_rows) on K/V
+ * rows that sit in L2, so what `flashattn bench-decode` cannot separate is measured here: the
+ * cores' cost per key, without the memory's.
+ *
+ * Shape of the decode bench: 4 query rows per KV head (H = 32, Hk = 8), D = 128, blocks of 128
+ * keys of 8 KV heads, BSHD rows (a key's heads side by side), 8 keys per qk call and the decode's
+ * own pv group (8 keys for fp32 V, 32 for fp16/bf16). The rows' L keys (default 64: 64 x 8 heads,
+ * 256 KiB of fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel
+ * set and dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and
+ * KV head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
+ * and head over the time): the ceiling the cores put on decode.
+ *
+ * Uses the library's internal kernel table, so it links the static library:
+ *   cmake --build build --target bench_decode_kernels && build/bench_decode_kernels [L]
+ * FA_CPU_ISA picks the kernel set, as for the library.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "../src/cpu/cpu.h"
+#include "flashattn.h"
+
+enum { ROWS = 4, D = 128, HK = 8, BLOCK = 128, QK_KEYS = 8, REPS = 5 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. */
+static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, int which,
+                           const char *k, const char *v, const float *q, float *s, float *o) {
+    static const float alpha[ROWS] = {1, 1, 1, 1};
+    const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
+    const int pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
+    const long passes = 200L * 1024 / L; /* about 200k keys per timing */
+    const void *rows[BLOCK];
+    double best = 1e300;
+    for (int rep = 0; rep < REPS; rep++) {
+        const double t0 = now();
+        for (long pass = 0; pass < passes; pass++)
+            for (int j0 = 0; j0 < L; j0 += BLOCK) {
+                const int n = L - j0 < BLOCK ? L - j0 : BLOCK;
+                for (int jg = 0; (which & 1) && jg < n; jg += QK_KEYS)
+                    for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [ROWS, c]
+                        const int c = n - jg < QK_KEYS ? n - jg : QK_KEYS;
+                        for (int j = 0; j < c; j++)
+                            rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
+                        kern->qk_rows(ROWS, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
+                    }
+                for (int jg = 0; (which & 2) && jg < n; jg += pvk)
+                    for (int h = 0; h < HK; h++) { // O += P V: [ROWS, D]
+                        const int c = n - jg < pvk ? n - jg : pvk;
+                        for (int j = 0; j < c; j++)
+                            rows[j] = v + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
+                        kern->pv_rows(ROWS, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D, NULL);
+                    }
+            }
+        const double t = (now() - t0) / ((double)passes * L * HK);
+        best = t < best ? t : best;
+    }
+    return best * 1e9;
+}
+
+int main(int argc, char **argv) {
+    const int L = argc > 1 ? atoi(argv[1]) : 64;
+    if (L < 1 || L > (1 << 20)) {
+        fprintf(stderr, "usage: bench_decode_kernels [L keys, 1..1048576, default 64]\n");
+        return 2;
+    }
+    const fa__cpu_kernels *kern = fa__cpu_kernels_get();
+    if (!kern->qk_rows || !kern->pv_rows) {
+        printf("kernel set %s has no decode products (decode packs K and V there)\n", kern->name);
+        return 0;
+    }
+    const size_t bytes = (size_t)L * HK * D * 4;
+    char *k = malloc(bytes), *v = malloc(bytes);
+    float *q = malloc(sizeof(float) * ROWS * D), *s = malloc(sizeof(float) * ROWS * BLOCK);
+    float *o = malloc(sizeof(float) * ROWS * D);
+    if (!k || !v || !q || !s || !o) {
+        fprintf(stderr, "bench_decode_kernels: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < bytes; i++) { /* small values in every dtype's reading of them */
+        k[i] = (char)((i * 7) & 0x3f);
+        v[i] = (char)((i * 13) & 0x3f);
+    }
+    for (int i = 0; i < ROWS * D; i++) q[i] = 0.01f * (float)(i % 97), o[i] = 0.0f;
+    for (int i = 0; i < ROWS * BLOCK; i++) s[i] = 0.001f * (float)(i % 89);
+
+    printf("decode kernels \"%s\": %d query rows per KV head, D=%d, %d keys x %d KV heads in L2\n",
+           kern->name, ROWS, D, L, HK);
+    printf("ns per key and KV head (best of %d); GB/s: K+V bytes per key and head over qk+pv\n", REPS);
+    printf("%-5s %8s %8s %8s %12s\n", "dtype", "qk", "pv", "qk+pv", "GB/s/core");
+    static const int32_t dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    static const char *const names[3] = {"fp32", "fp16", "bf16"};
+    for (int t = 0; t < 3; t++) {
+        const double qk = time_kernels(kern, dtypes[t], L, 1, k, v, q, s, o);
+        const double pv = time_kernels(kern, dtypes[t], L, 2, k, v, q, s, o);
+        const double both = time_kernels(kern, dtypes[t], L, 3, k, v, q, s, o);
+        const double kv = 2.0 * D * (t == 0 ? 4 : 2);
+        printf("%-5s %8.2f %8.2f %8.2f %12.1f\n", names[t], qk, pv, both, kv / both);
+    }
+    volatile float sink = o[0] + s[0]; /* keeps the products observable */
+    (void)sink;
+    free(k), free(v), free(q), free(s), free(o);
+    return 0;
+}
