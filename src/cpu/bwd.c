@@ -52,7 +52,6 @@ typedef struct bwd_plan {
     int bf16;                   /* bf16 inputs, bf16 dot product: S and dPd from bf16 pairs */
     float *head;                /* fused only: [threads][head_floats] */
     size_t head_floats;
-    int64_t max_sk;             /* longest key sequence of any batch */
 } bwd_plan;
 
 /* Per-worker scratch, carved in a fixed order. */
@@ -135,32 +134,16 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     }
 }
 
-/* The rows of a tile that see some of keys j0..j0+n: [*lo, *hi) of rows i0..i0+nr. Rows above
- * (a causal or right window's edge) or below (a left window's) see none, so their P and dS are
- * zero and would add only exact zeros to the gradients: the products skip them. */
-static void tile_rows(const fa__problem *p, int64_t i0, int64_t nr, int64_t j0, int64_t n,
-                      int64_t off, int64_t *lo, int64_t *hi) {
-    *lo = 0, *hi = nr;
-    if (p->window_right >= 0) { /* row i sees keys < i + off + wr + 1 */
-        const int64_t first = j0 - off - p->window_right - i0;
-        *lo = first < 0 ? 0 : first > nr ? nr : first;
-    }
-    if (p->window_left >= 0) { /* row i sees keys >= i + off - wl */
-        const int64_t end = j0 + n - off + p->window_left - i0;
-        *hi = end < *lo ? *lo : end > nr ? nr : end;
-    }
-}
-
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
- * [*lo, *hi) that see any of the keys (tile_rows); the others are not computed. */
+ * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
                  int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
                  int64_t *hi) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    tile_rows(p, i0, nr, j0, n, off, lo, hi);
+    fa__block_rows(p, i0, nr, j0, n, off, lo, hi);
     const int64_t r0 = *lo, rows = *hi - *lo;
     if (rows == 0) return;
     if (pl->bf16) { /* bf16 products are exact in fp32: the same S as the forward's */
@@ -455,13 +438,12 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     bwd_scratch probe;
     pl.scratch_floats = carve(&probe, NULL, p->D);
     const int nthreads = fa__context_threads(ctx);
-    for (int64_t b = 0; b < p->B; b++) {
-        const int64_t sk = fa__seqlen_k(p, b);
-        pl.max_sk = sk > pl.max_sk ? sk : pl.max_sk;
-    }
+    int64_t max_sk = 0; /* the head scratch is sized for the longest key sequence */
+    for (int64_t b = 0; b < p->B; b++)
+        max_sk = fa__seqlen_k(p, b) > max_sk ? fa__seqlen_k(p, b) : max_sk;
     /* Fused when the threads get enough (b, hk) tasks and the head scratch is small enough. */
     bwd_head none;
-    pl.head_floats = carve_head(&pl, NULL, pl.max_sk, &none);
+    pl.head_floats = carve_head(&pl, NULL, max_sk, &none);
     const int fused = (nthreads == 1 || p->B * p->Hk >= (int64_t)FA_FUSED_TASKS * nthreads) &&
                       pl.head_floats > 0 && pl.head_floats <= FA_FUSED_MAX_FLOATS;
     const size_t rows = p->cu_q ? (size_t)p->total_q : (size_t)(p->B * p->Sq);

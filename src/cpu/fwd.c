@@ -96,17 +96,17 @@ static size_t scratch_floats(const fwd_plan *pl) {
 
 /* The online softmax step of head hk's R rows over keys [j0, j0 + n): scores S ([R, Bc]) become
  * the (dropped) probabilities, m and l are updated and alpha ([R]) gets the factor the rows of O
- * must be rescaled by. Rows at the first `skip` positions of each query head (which see none of
- * these keys) are left alone. */
+ * must be rescaled by. Only the positions [lo, hi) of each query head are touched: the others
+ * see none of these keys (fa__block_rows). */
 static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S, float *alpha,
-                          int64_t j0, int64_t n, int masked, int64_t skip) {
+                          int64_t j0, int64_t n, int masked, int64_t lo, int64_t hi) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t b = t->b, nr = t->nr, R = t->R, base = (hk - t->hk0) * R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     float *m = t->m + base, *l = t->l + base;
     for (int64_t r = 0; r < R; r++) {
-        if (r % nr < skip) continue;
+        if (r % nr < lo || r % nr >= hi) continue;
         float *s = S + r * FA_BC; // s: [n]
         const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
         fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
@@ -162,7 +162,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         }
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
-                          masked, 0);
+                          masked, 0, t->nr);
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V, next K asked for
             const int c = (int)(n - jg < pvk ? n - jg : pvk);
             const int cn = (int)(nn - jg < pvk ? (nn - jg > 0 ? nn - jg : 0) : pvk);
@@ -218,14 +218,12 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             decode_block(pl, t, j0, n, j_hi, masked);
             continue;
         }
-        /* On a block at the band's right edge, the first `skip` positions of each query head may
-         * see none of its keys: the products then run per query head on the other rows. */
-        int64_t skip = 0;
-        if (masked && p->window_right >= 0) {
-            skip = j0 - off - p->window_right - i0;
-            skip = skip < 0 ? 0 : skip < nr ? skip : nr - 1;
-        }
-        const int64_t runs = skip > 0 ? pl->g : 1, len = skip > 0 ? nr - skip : R;
+        /* On a block at the band's edge, some positions of each query head may see none of its
+         * keys: the products then run per query head on positions [lo, hi) only. */
+        int64_t lo = 0, hi = nr;
+        if (masked) fa__block_rows(p, i0, nr, j0, n, off, &lo, &hi);
+        const int part = lo > 0 || hi < nr;
+        const int64_t runs = part ? pl->g : 1, len = part ? hi - lo : R;
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D;
@@ -244,7 +242,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 }
             }
             for (int64_t u = 0; u < runs; u++) { // S rows [r0, r0 + len): [len, n]
-                const int64_t r0 = u * nr + skip;
+                const int64_t r0 = u * nr + lo;
                 if (bf16)
                     kern->qk_bf16((int)len, (int)n, (int)D2, (const uint32_t *)t->Q + (base + r0) * ldq,
                                   D2, (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S + r0 * FA_BC,
@@ -258,9 +256,9 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
-            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, skip);
+            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, lo, hi);
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
-                const int64_t r0 = u * nr + skip;
+                const int64_t r0 = u * nr + lo;
                 if (bf16) {
                     uint32_t *P2 = t->P2 + r0 * (FA_BC / 2);
                     for (int64_t r = 0; r < len; r++)

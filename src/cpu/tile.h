@@ -98,6 +98,23 @@ static inline int fa__block_masked(const fa__problem *p, int64_t i0, int64_t nr,
     return j0 < fa__key_lo(p, i0 + nr - 1, off) || j0 + n > fa__key_hi(p, i0, off, sk);
 }
 
+/* The rows of [i0, i0 + nr) that see some key of [j0, j0 + n): [*lo, *hi). Rows above see only
+ * earlier keys (a causal or right window's edge), rows below only later ones (a left window's).
+ * Their probabilities in the block are zero, so the products may skip them: what they would add
+ * is exact zeros (and a rescale by 1). */
+static inline void fa__block_rows(const fa__problem *p, int64_t i0, int64_t nr, int64_t j0,
+                                  int64_t n, int64_t off, int64_t *lo, int64_t *hi) {
+    *lo = 0, *hi = nr;
+    if (p->window_right >= 0) { /* row i sees keys < i + off + wr + 1 */
+        const int64_t first = j0 - off - p->window_right - i0;
+        *lo = first < 0 ? 0 : first > nr ? nr : first;
+    }
+    if (p->window_left >= 0) { /* row i sees keys >= i + off - wl */
+        const int64_t end = j0 + n - off + p->window_left - i0;
+        *hi = end < *lo ? *lo : end > nr ? nr : end;
+    }
+}
+
 /* How q is scaled when loaded so that q·k comes out in the exp2 domain (or, with softcap, as
  * the tanh argument), and the softcap factor c·log2(e) (0 = off). */
 void fa__score_scales(const fa__problem *p, float *qscale, float *softcap_l2);
