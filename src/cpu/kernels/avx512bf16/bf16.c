@@ -13,38 +13,43 @@
 
 #include <immintrin.h>
 
+/* Kernel pieces always inlined, so their callers' constant masks fold. */
+#define FA_INLINE static inline __attribute__((always_inline))
+
 static inline __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
 }
 
-/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs. */
+/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs. Inlined into
+ * panel(), so whole panels run with constant masks: plain loads and stores. */
 #define FA_BF16_TILE(MR)                                                                           \
-    static inline void tile_##MR(int k, const uint32_t *a, int64_t lda, const uint32_t *b,         \
-                                 int64_t ldb, const float *beta, float scale, float *c,            \
-                                 int64_t ldc, __mmask16 m0, __mmask16 m1) {                        \
-        __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                 \
+    FA_INLINE void tile_##MR(int k, const uint32_t *a, int64_t lda, const uint32_t *b,             \
+                             int64_t ldb, const float *beta, float scale, float *c, int64_t ldc,   \
+                             __mmask16 m0, __mmask16 m1) {                                         \
+        __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                  \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
             acc[i][0] = _mm512_setzero_ps();                                                       \
             acc[i][1] = _mm512_setzero_ps();                                                       \
         }                                                                                          \
         for (int t = 0; t < k; t++) {                                                              \
-            /* B[t, 0:32]: 32 columns of one pair each */                                         \
-            const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + t * ldb);             \
-            const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + t * ldb + 16);        \
+            /* B[t, 0:32]: 32 columns of one pair each */                                          \
+            const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + t * ldb);               \
+            const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + t * ldb + 16);          \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
-                const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i * lda + t]);             \
+                const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i * lda + t]);              \
                 acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);                                   \
                 acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);                                   \
             }                                                                                      \
         }                                                                                          \
-        /* C = beta C + scale (this call's sum): summing each call apart keeps long sums accurate */ \
+        /* C = beta C + scale (this call's sum): summing each call apart keeps long sums accurate  \
+         */                                                                                        \
         const __m512 vs = _mm512_set1_ps(scale);                                                   \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
-            __m512 c0 = _mm512_mul_ps(vs, acc[i][0]), c1 = _mm512_mul_ps(vs, acc[i][1]);          \
+            __m512 c0 = _mm512_mul_ps(vs, acc[i][0]), c1 = _mm512_mul_ps(vs, acc[i][1]);           \
             if (beta) {                                                                            \
-                const __m512 s = _mm512_set1_ps(beta[i]);                                         \
-                c0 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc), c0);              \
-                c1 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16), c1);         \
+                const __m512 s = _mm512_set1_ps(beta[i]);                                          \
+                c0 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m0, c + i * ldc), c0);               \
+                c1 = _mm512_fmadd_ps(s, _mm512_maskz_loadu_ps(m1, c + i * ldc + 16), c1);          \
             }                                                                                      \
             _mm512_mask_storeu_ps(c + i * ldc, m0, c0);                                            \
             _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1);                                       \
@@ -57,22 +62,41 @@ FA_BF16_TILE(4)
 FA_BF16_TILE(2)
 FA_BF16_TILE(1)
 
+/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 14 rows and then the
+ * last m % 14 rows as 8 + 4 + 2 + 1. */
+FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
+                     const float *beta, float scale, float *c, int64_t ldc, __mmask16 m0,
+                     __mmask16 m1) {
+    int i = 0;
+#define FA_BF16_RUN(MR)                                                                            \
+    tile_##MR(k2, a + i * lda, lda, b, ldb, beta ? beta + i : 0, scale, c + i * ldc, ldc, m0, m1); \
+    i += MR
+    while (i + 14 <= m) {
+        FA_BF16_RUN(14);
+    }
+    if (m - i >= 8) {
+        FA_BF16_RUN(8);
+    }
+    if (m - i >= 4) {
+        FA_BF16_RUN(4);
+    }
+    if (m - i >= 2) {
+        FA_BF16_RUN(2);
+    }
+    if (m - i >= 1) {
+        FA_BF16_RUN(1);
+    }
+#undef FA_BF16_RUN
+}
+
 static void gemm(int m, int n, int k2, const uint32_t *a, int64_t lda, const uint32_t *b,
                  int64_t ldb, const float *beta, float scale, float *c, int64_t ldc) {
     for (int j0 = 0; j0 < n; j0 += 32) {
-        const __mmask16 m0 = tail_mask(n - j0), m1 = tail_mask(n - j0 - 16);
-        const uint32_t *bj = b + j0;
-        float *cj = c + j0;
-        int i = 0;
-#define FA_BF16_RUN(MR)                                                                            \
-    tile_##MR(k2, a + i * lda, lda, bj, ldb, beta ? beta + i : 0, scale, cj + i * ldc, ldc, m0, m1); \
-    i += MR
-        while (i + 14 <= m) { FA_BF16_RUN(14); }
-        if (m - i >= 8) { FA_BF16_RUN(8); }
-        if (m - i >= 4) { FA_BF16_RUN(4); }
-        if (m - i >= 2) { FA_BF16_RUN(2); }
-        if (m - i >= 1) { FA_BF16_RUN(1); }
-#undef FA_BF16_RUN
+        if (n - j0 >= 32) /* whole panel: constant masks */
+            panel(m, k2, a, lda, b + j0, ldb, beta, scale, c + j0, ldc, 0xFFFF, 0xFFFF);
+        else
+            panel(m, k2, a, lda, b + j0, ldb, beta, scale, c + j0, ldc, tail_mask(n - j0),
+                  tail_mask(n - j0 - 16));
     }
 }
 
