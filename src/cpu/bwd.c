@@ -32,7 +32,7 @@
 
 enum {
     FA_KV_TASK = 4, /* key blocks per dK/dV task: Q and dO are loaded once for all of them */
-    FA_BR = 126,                                       /* query rows per tile: 9 x 14, 21 x 6 */
+    FA_BR = 126,                                       /* query rows per tile: 14 x 9, 21 x 6 */
     FA_ONES = FA_BR > (int)FA_BC ? FA_BR : (int)FA_BC, /* length of the vector of ones */
     FA_FUSED_TASKS = 2 /* fused when every thread gets at least this many (b, hk) tasks */
 };

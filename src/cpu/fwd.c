@@ -31,7 +31,7 @@
 #include <string.h>
 
 enum {
-    FA_ROWS = 252,      /* target rows (query heads x positions) per task: 18 x 14, 42 x 6 */
+    FA_ROWS = 252,      /* target rows (query heads x positions) per task: 28 x 9, 42 x 6 */
     FA_BR_MAX = 252,    /* most query positions per task */
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
     FA_CHUNK = 1024     /* keys per split chunk, a multiple of FA_BC */

@@ -56,14 +56,14 @@ static inline __mmask16 tail_mask(int left) {
         }                                                                                          \
     }
 
-FA_BF16_TILE(14)
+FA_BF16_TILE(9)
 FA_BF16_TILE(8)
 FA_BF16_TILE(4)
 FA_BF16_TILE(2)
 FA_BF16_TILE(1)
 
-/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 14 rows and then the
- * last m % 14 rows as 8 + 4 + 2 + 1. */
+/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then the
+ * last m % 9 rows as 8 + 4 + 2 + 1. */
 FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
                      const float *beta, float scale, float *c, int64_t ldc, __mmask16 m0,
                      __mmask16 m1) {
@@ -71,8 +71,8 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const uint32
 #define FA_BF16_RUN(MR)                                                                            \
     tile_##MR(k2, a + i * lda, lda, b, ldb, beta ? beta + i : 0, scale, c + i * ldc, ldc, m0, m1); \
     i += MR
-    while (i + 14 <= m) {
-        FA_BF16_RUN(14);
+    while (i + 9 <= m) {
+        FA_BF16_RUN(9);
     }
     if (m - i >= 8) {
         FA_BF16_RUN(8);
