@@ -41,7 +41,10 @@ void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_
 
 void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_t stride,
                    float scale) {
-    if (dtype == FA_DTYPE_F32) {
+    if (dtype == FA_DTYPE_F32 && stride == 1) { /* the common case, vectorized */
+        float *d = dst;
+        for (int64_t t = 0; t < n; t++) d[t] = src[t] * scale;
+    } else if (dtype == FA_DTYPE_F32) {
         float *d = dst;
         for (int64_t t = 0; t < n; t++) d[t * stride] = src[t] * scale;
     } else if (dtype == FA_DTYPE_F16) {
