@@ -21,7 +21,8 @@
  * Both schedules visit the same tiles and add each one's terms to every gradient row in the same
  * order (query heads, then query blocks, for dK and dV; key blocks for dQ), so they give bitwise
  * the same gradients and the choice, which depends on the thread count, never shows in results.
- * Both transpose P and dS to feed them to the microkernels as left operands.
+ * Both feed P and dS to dK and dV's products as transposed left operands: read in place by pv_t
+ * where the kernel set has it, else transposed into scratch for pv.
  */
 #include "cpu.h"
 #include "tile.h"
@@ -196,6 +197,13 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D, rows = hi - lo;
     if (rows == 0) return;
+    if (kern->pv_t) { /* P and dS as they are: the kernel reads them transposed */
+        kern->pv_t((int)nb, (int)rows, (int)D, s->dS + lo * FA_BC, FA_BC, s->Q + lo * D, D,
+                   s->ones, dk, D);
+        kern->pv_t((int)nb, (int)rows, (int)D, s->P + lo * FA_BC, FA_BC, s->dO + lo * D, D,
+                   s->ones, dv, D);
+        return;
+    }
     kern->transpose((int)rows, (int)nb, s->P + lo * FA_BC, FA_BC, s->PT, FA_BR);   // PT: [nb, rows]
     kern->transpose((int)rows, (int)nb, s->dS + lo * FA_BC, FA_BC, s->dST, FA_BR); // dST
     kern->pv((int)nb, (int)rows, (int)D, s->dST, FA_BR, s->Q + lo * D, D, s->ones, dk, D);

@@ -29,6 +29,12 @@ typedef struct fa__cpu_kernels {
     void (*pv)(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                const float *alpha, float *o, int64_t ldo);
 
+    /* pv with P given transposed: O = diag(alpha) O + Pᵀ V.  Pt: [n, m] (ldp), V: [n, d] (ldv),
+     * O: [m, d] (ldo); the same sums as pv on the transpose of Pt, bit for bit. NULL where a set
+     * has none (callers transpose into a buffer and call pv then). */
+    void (*pv_t)(int m, int n, int d, const float *pt, int64_t ldp, const float *v, int64_t ldv,
+                 const float *alpha, float *o, int64_t ldo);
+
     /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
     void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
 

@@ -23,12 +23,13 @@ static inline __m256i lanes(int left) {
 
 /* One MR x 16 tile of C; lanes outside (k0, k1) are neither read nor written. FULL (a
  * compile-time constant at each call) says every lane is in: plain loads and stores then, since
- * vmaskmovps is slow on some CPUs (a masked store takes many cycles on AMD's). */
+ * vmaskmovps is slow on some CPUs (a masked store takes many cycles on AMD's). A[i, t] is at
+ * a[i·lda + t], or at a[t·lda + i] when AT (A given transposed; also a compile-time constant). */
 #define FA_AVX2_LOAD(p, k) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, k))
 #define FA_AVX2_TILE(MR)                                                                           \
     static inline __attribute__((always_inline)) void tile_##MR(                                   \
-        int k, const float *a, int64_t lda, const float *b, int64_t ldb, const float *beta,        \
-        float *c, int64_t ldc, __m256i k0, __m256i k1, const int full) {                           \
+        int k, const float *a, int64_t lda, const int AT, const float *b, int64_t ldb,             \
+        const float *beta, float *c, int64_t ldc, __m256i k0, __m256i k1, const int full) {        \
         __m256 acc[MR][2]; /* C tile: [MR, 16] */                                                 \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
             acc[i][0] = _mm256_setzero_ps();                                                       \
@@ -38,7 +39,7 @@ static inline __m256i lanes(int left) {
             const __m256 b0 = FA_AVX2_LOAD(b + t * ldb, k0);     /* B[t, 0:8] */                  \
             const __m256 b1 = FA_AVX2_LOAD(b + t * ldb + 8, k1); /* B[t, 8:16] */                 \
             _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                 \
-                const __m256 ai = _mm256_broadcast_ss(a + i * lda + t);                            \
+                const __m256 ai = _mm256_broadcast_ss(AT ? a + t * lda + i : a + i * lda + t);     \
                 acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);                                    \
                 acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);                                    \
             }                                                                                      \
@@ -65,44 +66,57 @@ FA_AVX2_TILE(4)
 FA_AVX2_TILE(2)
 FA_AVX2_TILE(1)
 
-/* The tiles of one 16-column panel (FULL: all 16 columns are in). */
+/* The tiles of one 16-column panel (FULL: all 16 columns are in; AT: A given transposed). */
 static inline __attribute__((always_inline)) void panel(int m, int k, const float *a, int64_t lda,
-                                                        const float *b, int64_t ldb,
+                                                        const int AT, const float *b, int64_t ldb,
                                                         const float *beta, float *c, int64_t ldc,
                                                         __m256i k0, __m256i k1, const int full) {
     int i = 0;
-    for (; i + 6 <= m; i += 6)
-        tile_6(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+#define FA_AVX2_RUN(MR)                                                                            \
+    tile_##MR(k, AT ? a + i : a + i * lda, lda, AT, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, \
+              k0, k1, full);                                                                       \
+    i += MR
+    while (i + 6 <= m) {
+        FA_AVX2_RUN(6);
+    }
     /* the last m % 6 rows as 4 + 2 + 1 */
     if (m - i >= 4) {
-        tile_4(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
-        i += 4;
+        FA_AVX2_RUN(4);
     }
     if (m - i >= 2) {
-        tile_2(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
-        i += 2;
+        FA_AVX2_RUN(2);
     }
-    if (m - i >= 1)
-        tile_1(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, k0, k1, full);
+    if (m - i >= 1) {
+        FA_AVX2_RUN(1);
+    }
+#undef FA_AVX2_RUN
 }
 
-static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                 const float *beta, float *c, int64_t ldc) {
+/* C = diag(beta) C + A B (beta NULL: C = A B); A: [m, k], or given as Aᵀ [k, m] when at. */
+static void gemm(int m, int n, int k, const float *a, int64_t lda, int at, const float *b,
+                 int64_t ldb, const float *beta, float *c, int64_t ldc) {
     for (int j0 = 0; j0 < n; j0 += 16) {
         const __m256i k0 = lanes(n - j0), k1 = lanes(n - j0 - 8);
-        if (n - j0 >= 16) panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, k0, k1, 1);
-        else panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, k0, k1, 0);
+        if (n - j0 >= 16 && at) panel(m, k, a, lda, 1, b + j0, ldb, beta, c + j0, ldc, k0, k1, 1);
+        else if (n - j0 >= 16) panel(m, k, a, lda, 0, b + j0, ldb, beta, c + j0, ldc, k0, k1, 1);
+        else if (at) panel(m, k, a, lda, 1, b + j0, ldb, beta, c + j0, ldc, k0, k1, 0);
+        else panel(m, k, a, lda, 0, b + j0, ldb, beta, c + j0, ldc, k0, k1, 0);
     }
 }
 
 static void qk_avx2(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                     float *s, int64_t lds) {
-    gemm(m, n, d, q, ldq, kt, ldk, 0, s, lds);
+    gemm(m, n, d, q, ldq, 0, kt, ldk, 0, s, lds);
 }
 
 static void pv_avx2(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                     const float *alpha, float *o, int64_t ldo) {
-    gemm(m, d, n, p, ldp, v, ldv, alpha, o, ldo);
+    gemm(m, d, n, p, ldp, 0, v, ldv, alpha, o, ldo);
+}
+
+static void pv_t_avx2(int m, int n, int d, const float *pt, int64_t ldp, const float *v,
+                      int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, pt, ldp, 1, v, ldv, alpha, o, ldo);
 }
 
 /* F16C for fp16, a 16-bit shift for bf16; tails through a masked store of the full vector. */
@@ -379,6 +393,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .name = "avx2",
     .qk = qk_avx2,
     .pv = pv_avx2,
+    .pv_t = pv_t_avx2,
     .qk_rows = qk_rows_avx2,
     .pv_rows = pv_rows_avx2,
     .to_f32 = to_f32_avx2,

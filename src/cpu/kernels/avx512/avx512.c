@@ -25,12 +25,13 @@ static inline __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
 }
 
-/* One MR x 32 tile of C; lanes outside (m0, m1) are neither read nor written. Inlined into
- * panel(), so a whole panel's constant masks turn every masked load and store into a plain one
- * (masks held in registers cost about 8% of the FMA rate on Zen 4). */
+/* One MR x 32 tile of C; lanes outside (m0, m1) are neither read nor written. A[i, t] is at
+ * a[i·lda + t], or at a[t·lda + i] when AT (A given transposed: then the tile's MR elements of a
+ * step of k are side by side). Inlined into panel(), so AT and a whole panel's constant masks
+ * fold: plain loads and stores (masks held in registers cost about 8% of the FMA rate on Zen 4). */
 #define FA_AVX512_TILE(MR)                                                                         \
-    FA_INLINE void tile_##MR(int k, const float *a, int64_t lda, const float *b, int64_t ldb,      \
-                             const float *beta, float *c, int64_t ldc, __mmask16 m0,               \
+    FA_INLINE void tile_##MR(int k, const float *a, int64_t lda, const int AT, const float *b,     \
+                             int64_t ldb, const float *beta, float *c, int64_t ldc, __mmask16 m0,  \
                              __mmask16 m1) {                                                       \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                  \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
@@ -41,7 +42,7 @@ static inline __mmask16 tail_mask(int left) {
             const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + t * ldb);      /* B[t, 0:16] */        \
             const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + t * ldb + 16); /* B[t, 16:32] */       \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
-                const __m512 ai = _mm512_set1_ps(a[i * lda + t]);                                  \
+                const __m512 ai = _mm512_set1_ps(AT ? a[t * lda + i] : a[i * lda + t]);            \
                 acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);                                    \
                 acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);                                    \
             }                                                                                      \
@@ -67,11 +68,13 @@ FA_AVX512_TILE(1)
 
 /* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then the
  * last m % 9 rows as 8 + 4 + 2 + 1. */
-FA_INLINE void panel(int m, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     const float *beta, float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+FA_INLINE void panel(int m, int k, const float *a, int64_t lda, const int AT, const float *b,
+                     int64_t ldb, const float *beta, float *c, int64_t ldc, __mmask16 m0,
+                     __mmask16 m1) {
     int i = 0;
 #define FA_AVX512_RUN(MR)                                                                          \
-    tile_##MR(k, a + i * lda, lda, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, m0, m1);         \
+    tile_##MR(k, AT ? a + i : a + i * lda, lda, AT, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, \
+              m0, m1);                                                                             \
     i += MR
     while (i + 9 <= m) {
         FA_AVX512_RUN(9);
@@ -91,25 +94,35 @@ FA_INLINE void panel(int m, int k, const float *a, int64_t lda, const float *b, 
 #undef FA_AVX512_RUN
 }
 
-static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                 const float *beta, float *c, int64_t ldc) {
+/* C = diag(beta) C + A B (beta NULL: C = A B); A: [m, k], or given as Aᵀ [k, m] when at. */
+static void gemm(int m, int n, int k, const float *a, int64_t lda, int at, const float *b,
+                 int64_t ldb, const float *beta, float *c, int64_t ldc) {
     for (int j0 = 0; j0 < n; j0 += 32) {
-        if (n - j0 >= 32) /* whole panel: constant masks */
-            panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, 0xFFFF, 0xFFFF);
+        const __mmask16 m0 = tail_mask(n - j0), m1 = tail_mask(n - j0 - 16);
+        if (n - j0 >= 32 && at) /* whole panel: constant masks */
+            panel(m, k, a, lda, 1, b + j0, ldb, beta, c + j0, ldc, 0xFFFF, 0xFFFF);
+        else if (n - j0 >= 32)
+            panel(m, k, a, lda, 0, b + j0, ldb, beta, c + j0, ldc, 0xFFFF, 0xFFFF);
+        else if (at)
+            panel(m, k, a, lda, 1, b + j0, ldb, beta, c + j0, ldc, m0, m1);
         else
-            panel(m, k, a, lda, b + j0, ldb, beta, c + j0, ldc, tail_mask(n - j0),
-                  tail_mask(n - j0 - 16));
+            panel(m, k, a, lda, 0, b + j0, ldb, beta, c + j0, ldc, m0, m1);
     }
 }
 
 static void qk_avx512(int m, int n, int d, const float *q, int64_t ldq, const float *kt,
                       int64_t ldk, float *s, int64_t lds) {
-    gemm(m, n, d, q, ldq, kt, ldk, 0, s, lds);
+    gemm(m, n, d, q, ldq, 0, kt, ldk, 0, s, lds);
 }
 
 static void pv_avx512(int m, int n, int d, const float *p, int64_t ldp, const float *v,
                       int64_t ldv, const float *alpha, float *o, int64_t ldo) {
-    gemm(m, d, n, p, ldp, v, ldv, alpha, o, ldo);
+    gemm(m, d, n, p, ldp, 0, v, ldv, alpha, o, ldo);
+}
+
+static void pv_t_avx512(int m, int n, int d, const float *pt, int64_t ldp, const float *v,
+                        int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, pt, ldp, 1, v, ldv, alpha, o, ldo);
 }
 
 
@@ -356,6 +369,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .name = "avx512",
     .qk = qk_avx512,
     .pv = pv_avx512,
+    .pv_t = pv_t_avx512,
     .to_f32 = to_f32_avx512,
     .qk_rows = qk_rows_avx512,
     .pv_rows = pv_rows_avx512,
