@@ -224,7 +224,7 @@ static void add_dq(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t
 static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t hk,
                            int64_t row0, int64_t n, float *rows, int64_t *ld) {
     const fa__problem *p = pl->p;
-    if (fa__rows_in_place(&p->k)) {
+    if (fa__rows_in_place(&p->k, pl->kern)) {
         *ld = p->k.ss;
         return fa__elem(&p->k, b, row0, hk);
     }
@@ -374,7 +374,7 @@ static size_t carve_head(const bwd_plan *pl, float *at, int64_t sk, bwd_head *h)
         h->Kt = at, h->Vt = at + packed, h->dk = at + 2 * packed, h->dv = h->dk + rows;
         h->krows = h->dv + rows;
     }
-    return 2 * packed + (fa__rows_in_place(&pl->p->k) ? 2 : 3) * rows;
+    return 2 * packed + (fa__rows_in_place(&pl->p->k, pl->kern) ? 2 : 3) * rows;
 }
 
 /* Asks for n floats from x into L2. The fused schedule's head scratch (packed Kᵀ, Vᵀ and the dK,
@@ -402,7 +402,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
     carve_head(pl, pl->head + (size_t)worker * pl->head_floats, sk, &hd);
     float *Kt = hd.Kt, *Vt = hd.Vt, *dk = hd.dk, *dv = hd.dv, *krows = hd.krows;
 
-    const int k_in_place = fa__rows_in_place(&p->k);
+    const int k_in_place = fa__rows_in_place(&p->k, pl->kern);
     int64_t ldk = D; /* K rows: in the input (ld ldk) or converted into krows ([sk, D]) */
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * FA_BC, n = sk - j0 < FA_BC ? sk - j0 : FA_BC;

@@ -198,7 +198,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
-    const int v_in_place = fa__rows_in_place(&p->v);
+    const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);

@@ -61,9 +61,10 @@ const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, con
 void fa__row_ptrs(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h,
                   const void **rows);
 
-/* Can fp32 rows of x feed a GEMM as they are (with their own row stride), without a copy? */
-static inline int fa__rows_in_place(const fa__view *x) {
-    return x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table;
+/* Can fp32 rows of x feed pv as its right operand as they are (with their own row stride),
+ * without a copy? Not for kernel sets whose pv slows on rows 4 KiB apart (pv_packed_b). */
+static inline int fa__rows_in_place(const fa__view *x, const fa__cpu_kernels *kern) {
+    return x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table && !kern->pv_packed_b;
 }
 
 /* Keys in the block after [j0, j0 + FA_BC) before j_end: 0 .. FA_BC (<= 0: none). */

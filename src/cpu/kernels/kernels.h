@@ -35,6 +35,11 @@ typedef struct fa__cpu_kernels {
     void (*pv_t)(int m, int n, int d, const float *pt, int64_t ldp, const float *v, int64_t ldv,
                  const float *alpha, float *o, int64_t ldo);
 
+    /* Nonzero when pv runs markedly slower on right-operand rows that lie 4 KiB apart (BSHD V
+     * or K rows, read in place): they set-conflict in L1. Callers then copy such rows into a
+     * contiguous block first. */
+    int pv_packed_b;
+
     /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
     void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
 
