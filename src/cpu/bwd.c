@@ -378,9 +378,9 @@ static size_t carve_head(const bwd_plan *pl, float *at, int64_t sk, bwd_head *h)
 }
 
 /* Asks for n floats from x into L2. The fused schedule's head scratch (packed Kᵀ, Vᵀ and the dK,
- * dV sums: 16 MiB at S = 4096, D = 128) lies beyond L2, so each tile asks for the next key
- * block's parts while it runs (the five GEMMs of a tile lose about 7% of their rate when these
- * come from L3; asking ahead wins back about half). */
+ * dV sums: 8 MiB per thread at S = 4096, D = 128) lies beyond L2, so each tile asks for the next
+ * key block's parts while it runs (the five GEMMs of a tile lose about 7% of their rate when
+ * these come from L3; asking ahead wins back about half). */
 static void prefetch_floats(const float *x, size_t n, int write) {
     for (size_t at = 0; at < n; at += 16) {
         if (write) __builtin_prefetch(x + at, 1, 2);
@@ -398,6 +398,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
     const size_t stride = pack_stride(D);
+    const size_t packed = (size_t)(pl->bf16 ? (D + 1) / 2 : D) * FA_BC; /* words used per block */
     bwd_head hd;
     carve_head(pl, pl->head + (size_t)worker * pl->head_floats, sk, &hd);
     float *Kt = hd.Kt, *Vt = hd.Vt, *dk = hd.dk, *dv = hd.dv, *krows = hd.krows;
@@ -428,8 +429,8 @@ static void fused_task(void *arg, int64_t task, int worker) {
                 if (nn > 0 && k_in_place) /* read from the input: ask ahead */
                     fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 if (nn > 0) { /* the next tile's head scratch */
-                    prefetch_floats(Kt + (kb + 1) * stride, (size_t)D * FA_BC, 0);
-                    prefetch_floats(Vt + (kb + 1) * stride, (size_t)D * FA_BC, 0);
+                    prefetch_floats(Kt + (kb + 1) * stride, packed, 0);
+                    prefetch_floats(Vt + (kb + 1) * stride, packed, 0);
                     prefetch_floats(dk + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
                     prefetch_floats(dv + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
                 }

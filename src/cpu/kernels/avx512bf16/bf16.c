@@ -41,8 +41,7 @@ static inline __mmask16 tail_mask(int left) {
                 acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);                                   \
             }                                                                                      \
         }                                                                                          \
-        /* C = beta C + scale (this call's sum): summing each call apart keeps long sums accurate  \
-         */                                                                                        \
+        /* C = beta C + scale (this call's sum); summing calls apart keeps long sums accurate */   \
         const __m512 vs = _mm512_set1_ps(scale);                                                   \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
             __m512 c0 = _mm512_mul_ps(vs, acc[i][0]), c1 = _mm512_mul_ps(vs, acc[i][1]);           \
