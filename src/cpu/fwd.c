@@ -210,13 +210,17 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     }
     memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
 
-    for (int64_t j0 = j_lo; j0 < j_hi; j0 += FA_BC) {
-        const int64_t n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
+    for (int64_t j0 = j_lo, n; j0 < j_hi; j0 += n) {
+        n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
         /* Only blocks that cross the band's edge for some row need the mask. */
-        const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+        int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
         if (rows) {
             decode_block(pl, t, j0, n, j_hi, masked);
             continue;
+        }
+        if (masked && n > FA_BC / 2) { /* the band's edge in halves: fewer rows see each */
+            n = FA_BC / 2;
+            masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
         }
         /* On a block at the band's edge, some positions of each query head may see none of its
          * keys: the products then run per query head on positions [lo, hi) only. */
