@@ -276,6 +276,14 @@ static void key_band(const fa__problem *p, int64_t i0, int64_t nr, int64_t off, 
     *hi = fa__key_hi(p, i0 + nr - 1, off, sk);
 }
 
+/* Keys of the tile grid's next part of a block, from key j0 with n of the block's keys left: a
+ * block at the band's edge runs as two halves, each on the rows that see its keys (fewer
+ * masked scores computed); every schedule cuts blocks the same way. */
+static int64_t part_keys(const fa__problem *p, int64_t i0, int64_t nr, int64_t j0, int64_t n,
+                         int64_t off, int64_t sk) {
+    return n > FA_BC / 2 && fa__block_masked(p, i0, nr, j0, n, off, sk) ? FA_BC / 2 : n;
+}
+
 /* ---- split pass 1: dK, dV ---- */
 
 static void dkdv_task(void *arg, int64_t task, int worker) {
@@ -311,9 +319,13 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
             prefetch_next_rows(pl, b, hk, h, i0, i_begin, i_end);
             for (int kb = 0; kb < nblocks; kb++) {
                 const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
-                int64_t lo, hi;
-                tile(pl, &s, s.Kt + kb * stride, s.Vt + kb * stride, b, h, i0, nr, jb, nb, &lo, &hi);
-                add_dkdv(pl, &s, lo, hi, nb, s.acc1 + kb * FA_BC * D, s.acc2 + kb * FA_BC * D);
+                for (int64_t jp = jb, np; jp < jb + nb; jp += np) { // part [jp, jp + np)
+                    np = part_keys(p, i0, nr, jp, jb + nb - jp, off, sk);
+                    const size_t at = (size_t)kb * stride + (size_t)(jp - jb);
+                    int64_t lo, hi;
+                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &lo, &hi);
+                    add_dkdv(pl, &s, lo, hi, np, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * D);
+                }
             }
         }
     }
@@ -347,9 +359,12 @@ static void dq_task(void *arg, int64_t task, int worker) {
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
             fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
         }
-        int64_t lo, hi;
-        tile(pl, &s, s.Kt, s.Vt, b, h, i0, nr, j0, n, &lo, &hi);
-        add_dq(pl, &s, lo, hi, n, K, ldk, s.acc1);
+        for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
+            np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
+            int64_t lo, hi;
+            tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &lo, &hi);
+            add_dq(pl, &s, lo, hi, np, K + (jp - j0) * ldk, ldk, s.acc1);
+        }
     }
     store_dq(pl, b, h, i0, nr, s.acc1);
 }
@@ -434,10 +449,14 @@ static void fused_task(void *arg, int64_t task, int worker) {
                     prefetch_floats(dk + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
                     prefetch_floats(dv + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
                 }
-                int64_t lo, hi;
-                tile(pl, &s, Kt + kb * stride, Vt + kb * stride, b, h, i0, nr, j0, n, &lo, &hi);
-                add_dkdv(pl, &s, lo, hi, n, dk + j0 * D, dv + j0 * D);
-                add_dq(pl, &s, lo, hi, n, K, ldk, s.acc1);
+                for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
+                    np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
+                    const size_t at = (size_t)kb * stride + (size_t)(jp - j0);
+                    int64_t lo, hi;
+                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &lo, &hi);
+                    add_dkdv(pl, &s, lo, hi, np, dk + jp * D, dv + jp * D);
+                    add_dq(pl, &s, lo, hi, np, K + (jp - j0) * ldk, ldk, s.acc1);
+                }
             }
             store_dq(pl, b, h, i0, nr, s.acc1);
         }
