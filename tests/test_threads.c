@@ -103,11 +103,17 @@ static void problem_free(problem *p) {
     tu_free(&p->lse);
 }
 
+/* Bytes of a copy of out and of lse: at least one element each, so an empty problem (a varlen
+ * batch whose sequences all drew 0 queries) still has buffers, poisoned and compared whole. */
+static size_t out_bytes(const problem *p) {
+    return (size_t)(p->out.nbuf ? p->out.nbuf : 1) * tu_dtype_size(p->c->dtype);
+}
+static size_t lse_bytes(const problem *p) { return (size_t)(p->lse.nbuf ? p->lse.nbuf : 1) * 4; }
+
 /* Runs the problem on ctx into fresh out/lse copies (poisoned first); returns the status. */
 static fa_status problem_run(const problem *p, fa_context *ctx, void *out_buf, void *lse_buf) {
-    size_t ob = (size_t)p->out.nbuf * tu_dtype_size(p->c->dtype), lb = (size_t)p->lse.nbuf * 4;
-    memset(out_buf, 0xFF, ob ? ob : 1);
-    memset(lse_buf, 0xFF, lb ? lb : 1);
+    memset(out_buf, 0xFF, out_bytes(p));
+    memset(lse_buf, 0xFF, lse_bytes(p));
     fa_tensor out = p->out.t, lse = p->lse.t;
     out.data = out_buf;
     lse.data = lse_buf;
@@ -193,8 +199,7 @@ int main(void) {
         CASE_BEGIN("determinism: %s", c->name);
         problem p;
         problem_init(&p, c);
-        size_t ob = (size_t)(p.out.nbuf ? p.out.nbuf : 1) * tu_dtype_size(c->dtype);
-        size_t lb = (size_t)(p.lse.nbuf ? p.lse.nbuf : 1) * 4;
+        const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
         unsigned char *out1 = malloc(ob), *lse1 = malloc(lb), *outn = malloc(ob),
                       *lsen = malloc(lb);
         if (!out1 || !lse1 || !outn || !lsen)
