@@ -119,35 +119,6 @@ static void pv_t_avx2(int m, int n, int d, const float *pt, int64_t ldp, const f
     gemm(m, d, n, pt, ldp, 1, v, ldv, alpha, o, ldo);
 }
 
-/* F16C for fp16, a 16-bit shift for bf16; tails through a masked store of the full vector. */
-static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, float *dst) {
-    const __m256 s = _mm256_set1_ps(scale);
-    for (int t = 0; t < n; t += 8) {
-        const int left = n - t;
-        __m256 x;
-        if (dtype == FA_DTYPE_F32) {
-            x = left >= 8 ? _mm256_loadu_ps((const float *)src + t)
-                          : _mm256_maskload_ps((const float *)src + t, lanes(left));
-        } else {
-            __m128i h;
-            if (left >= 8) {
-                h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + t));
-            } else {
-                uint16_t part[8] = {0};
-                for (int i = 0; i < left; i++) part[i] = ((const uint16_t *)src)[t + i];
-                h = _mm_loadu_si128((const __m128i *)part);
-            }
-            x = dtype == FA_DTYPE_F16
-                    ? _mm256_cvtph_ps(h)
-                    : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-        }
-        if (left >= 8) _mm256_storeu_ps(dst + t, _mm256_mul_ps(s, x));
-        else _mm256_maskstore_ps(dst + t, lanes(left), _mm256_mul_ps(s, x));
-    }
-}
-
-/* ---- decode products on rows read in place (kernels.h: qk_rows, pv_rows) ---- */
-
 /* 8 elements of a row of any dtype from element c on (fewer than 8 left: zero-filled, never
  * reading past the row). */
 static inline __attribute__((always_inline)) __m256 load8(const void *row, int32_t dtype, int c,
@@ -166,6 +137,18 @@ static inline __attribute__((always_inline)) __m256 load8(const void *row, int32
     if (dtype == FA_DTYPE_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+
+/* F16C for fp16, a 16-bit shift for bf16, through load8; tails through a masked store. */
+static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int t = 0; t < n; t += 8) {
+        const __m256 x = _mm256_mul_ps(s, load8(src, dtype, t, n - t));
+        if (n - t >= 8) _mm256_storeu_ps(dst + t, x);
+        else _mm256_maskstore_ps(dst + t, lanes(n - t), x);
+    }
+}
+
+/* ---- decode products on rows read in place (kernels.h: qk_rows, pv_rows) ---- */
 
 /* Prefetches row r of pf (all its lines), if there is one, into L2. */
 static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
