@@ -8,7 +8,9 @@
  * accumulators. Each step of k loads one 8-wide row of B (2 q registers) and 12 elements of A
  * (3 q registers, from a strip of A packed as [k][12]) and does 24 FMLA by element. 12 x 8
  * rather than 8 x 12 because the column counts here are Bc = 128 keys (qk) and D = 64 / 128
- * (pv), multiples of 8 but not of 12, while the row count R = g*br already has a tail.
+ * (pv), multiples of 8 but not of 12, while the row count R = g*br already has a tail. The
+ * strip of A is packed from A's rows, or copied from Aᵀ's (pv_t: the backward's P and dS read
+ * transposed in place), so both give the same strip and the same sums.
  */
 #include "../kernels.h"
 
@@ -35,8 +37,19 @@ static inline void transpose4(float32x4_t r[4]) {
     r[3] = vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3)));
 }
 
-/* ap: [kc][mrp] = A[0:rows, 0:kc]ᵀ with rows rows..mrp zero (mrp a multiple of 4, rows <= mrp). */
-static void pack_a(int rows, int mrp, int kc, const float *a, int64_t lda, float *ap) {
+/* ap: [kc][mrp] = A[0:rows, 0:kc]ᵀ with rows rows..mrp zero (mrp a multiple of 4, rows <= mrp).
+ * at: A is given transposed (a: [kc, rows] with row stride lda), so the strip is a plain copy. */
+static void pack_a(int rows, int mrp, int kc, const float *a, int64_t lda, int at, float *ap) {
+    if (at) {
+        for (int t = 0; t < kc; t++) {
+            const float *src = a + t * lda;
+            float *dst = ap + t * mrp;
+            int e = 0;
+            for (; e + 4 <= rows; e += 4) vst1q_f32(dst + e, vld1q_f32(src + e));
+            for (; e < mrp; e++) dst[e] = e < rows ? src[e] : 0.0f;
+        }
+        return;
+    }
     for (int i0 = 0; i0 < mrp; i0 += 4) {
         int t = 0;
         for (; t + 4 <= kc; t += 4) {
@@ -116,19 +129,20 @@ static inline void tile(int mrp, int nv, int kc, const float *ap, const float *b
     }
 }
 
-/* C[m, n] = A[m, k] B[k, n] (load == 0) or diag(beta) C + A B (load == 1). Row strips of MR
- * (the last one 12, 8 or 4 rows with zero padding), k in chunks of KC (the later chunks add to
- * C), columns in tiles of 8 then 4; the last n % 4 columns go through a zero-padded copy of B
- * and C so that nothing outside C[m, n] or B[k, n] is touched. */
-static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                 int load, const float *beta, float *c, int64_t ldc) {
+/* C[m, n] = A[m, k] B[k, n] (load == 0) or diag(beta) C + A B (load == 1); at: A given as Aᵀ
+ * ([k, m], row stride lda). Row strips of MR (the last one 12, 8 or 4 rows with zero padding),
+ * k in chunks of KC (the later chunks add to C), columns in tiles of 8 then 4; the last n % 4
+ * columns go through a zero-padded copy of B and C so that nothing outside C[m, n] or B[k, n]
+ * is touched. */
+static void gemm(int m, int n, int k, const float *a, int64_t lda, int at, const float *b,
+                 int64_t ldb, int load, const float *beta, float *c, int64_t ldc) {
     float ap[KC * MR];     /* packed strip of A: [kc][mrp] */
     float bp[KC * 4];      /* the last n % 4 columns of B, padded: [kc][4] */
     float cp[MR * 4];      /* the matching columns of C, padded: [mrp][4] */
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int rows = m - i0 < MR ? m - i0 : MR;
         const int mrp = rows > 8 ? 12 : rows > 4 ? 8 : 4;
-        const float *ai = a + i0 * lda;
+        const float *ai = at ? a + i0 : a + i0 * lda;
         float *ci = c + i0 * ldc;
         int k0 = 0;
         do { /* at least once, so k == 0 still gives C = 0 or diag(beta) C */
@@ -136,7 +150,7 @@ static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *
             const int ld = load || k0 > 0;
             const float *bt = beta && k0 == 0 ? beta + i0 : 0;
             const float *bk = b + k0 * ldb;
-            pack_a(rows, mrp, kc, ai + k0, lda, ap);
+            pack_a(rows, mrp, kc, at ? ai + k0 * lda : ai + k0, lda, at, ap);
             int j = 0;
             for (; j + 8 <= n; j += 8) tile(mrp, 2, kc, ap, bk + j, ldb, ld, bt, ci + j, ldc, rows);
             if (j + 4 <= n) {
@@ -160,12 +174,18 @@ static void gemm(int m, int n, int k, const float *a, int64_t lda, const float *
 
 static void qk_neon(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                     float *s, int64_t lds) {
-    gemm(m, n, d, q, ldq, kt, ldk, 0, 0, s, lds);
+    gemm(m, n, d, q, ldq, 0, kt, ldk, 0, 0, s, lds);
 }
 
 static void pv_neon(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                     const float *alpha, float *o, int64_t ldo) {
-    gemm(m, d, n, p, ldp, v, ldv, 1, alpha, o, ldo);
+    gemm(m, d, n, p, ldp, 0, v, ldv, 1, alpha, o, ldo);
+}
+
+/* The packed strip of A is the same as pv's on the transpose of pt, so are the sums. */
+static void pv_t_neon(int m, int n, int d, const float *pt, int64_t ldp, const float *v,
+                      int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm(m, d, n, pt, ldp, 1, v, ldv, 1, alpha, o, ldo);
 }
 
 /* 8 elements -> 2 q registers of fp32: FCVTL for fp16, a 16-bit shift (SHLL) for bf16. */
@@ -440,6 +460,7 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .name = "neon",
     .qk = qk_neon,
     .pv = pv_neon,
+    .pv_t = pv_t_neon,
     .qk_rows = qk_rows_neon,
     .pv_rows = pv_rows_neon,
     .to_f32 = to_f32_neon,
