@@ -37,6 +37,7 @@ install: build
 # Everything (library, tool, tests) under AddressSanitizer + UndefinedBehaviorSanitizer.
 asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
+	    -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
 	    -DFA_SANITIZE=ON -DFA_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) --parallel $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)

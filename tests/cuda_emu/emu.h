@@ -1,0 +1,602 @@
+/* SPDX-License-Identifier: MIT */
+// emu.h — the CUDA features cuda/fwd_mma.cu uses, emulated on the host so the tensor-core
+// kernel runs (slowly, exactly) on machines without a GPU (tests/cuda_emu/test_cuda_emu.cpp).
+//
+// One CTA at a time; its threads run as ucontext fibers in one OS thread. Warp-collective
+// operations (ldmatrix, mma.sync, shfl, any, syncwarp) gather all 32 lanes' operands, then the
+// last lane to arrive computes every lane's result from the PTX ISA's fragment layouts (mma.cuh
+// in cuda/ lists them). __syncthreads is a block barrier. Shared memory is a byte array poisoned
+// with 0xFF (NaN in fp16 and bf16) with a per-4-byte shadow that reports read-after-write,
+// write-after-read and write-after-write races between threads not separated by a barrier,
+// reads of bytes with a cp.async in flight, out-of-range and misaligned accesses, and counts
+// ldmatrix bank conflicts. cp.async checks its source (16-byte aligned, inside a registered
+// q/k/v buffer) and lands its data only at the issuing thread's wait_group 0 (committed groups
+// only), so a missing wait or barrier shows. The mma sums in fp64 and rounds once to fp32.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+#define __align__(x) alignas(x)
+
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+typedef struct CUstream_st *cudaStream_t;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+
+namespace emu {
+
+struct Dim3 {
+    unsigned x, y, z;
+};
+
+static long g_errors = 0;
+static long g_ldsm_phases = 0, g_ldsm_conflicted = 0;
+static int g_cur = 0;     // current fiber = threadIdx.x
+static unsigned g_bx = 0; // blockIdx.x
+static unsigned g_gridx = 0;
+static int g_nthreads = 0;
+static int g_verbose_errs = 30;
+
+#define EMU_ERR(...)                                                                               \
+    do {                                                                                           \
+        if (emu::g_errors++ < emu::g_verbose_errs) {                                               \
+            fprintf(stderr, "EMU ERROR [block %u thread %d] ", emu::g_bx, emu::g_cur);             \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+    } while (0)
+
+// ---- fp16 / bf16 -------------------------------------------------------------------------
+static inline float h2f(uint16_t h) {
+    _Float16 x;
+    memcpy(&x, &h, 2);
+    return (float)x;
+}
+static inline uint16_t f2h(float f) { // round to nearest even (hardware cvt)
+    _Float16 x = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &x, 2);
+    return h;
+}
+static inline float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float lo_f(uint32_t r, bool bf) { return bf ? bf2f(r & 0xffff) : h2f(r & 0xffff); }
+static inline float hi_f(uint32_t r, bool bf) { return bf ? bf2f(r >> 16) : h2f(r >> 16); }
+
+// ---- global buffers (for cp.async source checks) ------------------------------------------
+struct GBuf {
+    const char *p;
+    size_t n;
+};
+static std::vector<GBuf> g_bufs;
+static inline void register_global(const void *p, size_t n) {
+    g_bufs.push_back({(const char *)p, n});
+}
+static inline bool global_ok(const void *p, size_t n) {
+    for (auto &b : g_bufs)
+        if ((const char *)p >= b.p && (const char *)p + n <= b.p + b.n)
+            return true;
+    return false;
+}
+
+// ---- shared memory + shadow ------------------------------------------------------------------
+enum { kMaxWarps = 4 };
+struct Sh {
+    int pend = -1; // thread with a cp.async in flight to this word
+    int wt = -1;   // last writer
+    uint32_t wbe = 0, wws = 0;
+    uint32_t rmask[kMaxWarps] = {0, 0, 0, 0};
+    uint32_t rws[kMaxWarps] = {0, 0, 0, 0};
+    uint32_t rbe[kMaxWarps] = {0, 0, 0, 0};
+};
+static std::vector<uint8_t> g_smem;
+static std::vector<Sh> g_sh;
+static uint32_t g_bepoch = 0;
+static uint32_t g_wsync[kMaxWarps];
+
+static inline bool smem_range_ok(uint32_t off, uint32_t n, uint32_t align, const char *what) {
+    if (off % align) {
+        EMU_ERR("%s: smem offset %u not %u-byte aligned", what, off, align);
+        return false;
+    }
+    if ((uint64_t)off + n > g_smem.size()) {
+        EMU_ERR("%s: smem [%u, %u) outside the %zu bytes of dynamic smem", what, off, off + n,
+                g_smem.size());
+        return false;
+    }
+    return true;
+}
+
+static inline void smem_read_check(int t, uint32_t off, uint32_t n, const char *what) {
+    const int w = t / 32, l = t % 32;
+    for (uint32_t a = off / 4; a < (off + n + 3) / 4; ++a) {
+        Sh &x = g_sh[a];
+        if (x.pend >= 0)
+            EMU_ERR(
+                "%s: reads smem word %u (byte %u) while a cp.async of thread %d to it is in flight",
+                what, a, a * 4, x.pend);
+        if (x.wt >= 0 && x.wt != t) {
+            const bool same = x.wt / 32 == w;
+            if (same ? g_wsync[w] == x.wws : g_bepoch == x.wbe)
+                EMU_ERR(
+                    "%s: RAW race: reads smem byte %u written by thread %d with no barrier between",
+                    what, a * 4, x.wt);
+        }
+        if (x.rws[w] != g_wsync[w])
+            x.rmask[w] = 0;
+        x.rws[w] = g_wsync[w];
+        x.rbe[w] = g_bepoch;
+        x.rmask[w] |= 1u << l;
+    }
+}
+
+static inline void smem_write_check(int t, uint32_t off, uint32_t n, const char *what) {
+    const int w = t / 32, l = t % 32;
+    for (uint32_t a = off / 4; a < (off + n + 3) / 4; ++a) {
+        Sh &x = g_sh[a];
+        if (x.pend >= 0)
+            EMU_ERR("%s: writes smem byte %u while a cp.async of thread %d to it is in flight",
+                    what, a * 4, x.pend);
+        if (x.wt >= 0 && x.wt != t) {
+            const bool same = x.wt / 32 == w;
+            if (same ? g_wsync[w] == x.wws : g_bepoch == x.wbe)
+                EMU_ERR("%s: WAW race: smem byte %u last written by thread %d, no barrier between",
+                        what, a * 4, x.wt);
+        }
+        for (int v = 0; v < kMaxWarps; ++v) {
+            uint32_t m = x.rmask[v];
+            if (v == w)
+                m &= ~(1u << l);
+            if (!m)
+                continue;
+            const bool race = v == w ? x.rws[v] == g_wsync[w] : x.rbe[v] == g_bepoch;
+            if (race)
+                EMU_ERR(
+                    "%s: WAR race: smem byte %u read by warp %d lanes %08x with no barrier since",
+                    what, a * 4, v, m);
+        }
+    }
+}
+static inline void smem_mark_written(int t, uint32_t off, uint32_t n) {
+    for (uint32_t a = off / 4; a < (off + n + 3) / 4; ++a) {
+        Sh &x = g_sh[a];
+        x.wt = t;
+        x.wbe = g_bepoch;
+        x.wws = g_wsync[t / 32];
+    }
+}
+
+// pointer-like handle for the kernel's direct smem accesses (the epilogue)
+struct SmemPtr {
+    uint32_t off;
+    template <class I> SmemPtr operator+(I d) const { return SmemPtr{(uint32_t)(off + d)}; }
+    template <class T> operator T *() const {
+        const uint32_t n = (uint32_t)sizeof(T);
+        if (smem_range_ok(off, n, n, "direct smem access")) {
+            if (std::is_const<T>::value) {
+                smem_read_check(g_cur, off, n, "direct smem load");
+            } else {
+                smem_write_check(g_cur, off, n, "direct smem store");
+                smem_mark_written(g_cur, off, n);
+            }
+        }
+        return (T *)(g_smem.data() + (off % g_smem.size()));
+    }
+};
+
+// ---- fibers ----------------------------------------------------------------------------------
+struct CpOp {
+    uint32_t dst;
+    uint8_t data[16];
+    int group; // -1 = not yet committed
+};
+struct Fiber {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    bool done = false;
+    std::vector<CpOp> cp;
+};
+static std::vector<Fiber> g_fib;
+static ucontext_t g_main;
+static uint64_t g_progress = 0;
+static int g_alive = 0;
+static std::function<void()> g_body;
+
+static inline void yield() { swapcontext(&g_fib[g_cur].ctx, &g_main); }
+
+// ---- block barrier -----------------------------------------------------------------------------
+static int g_b_arrived = 0;
+static uint64_t g_b_gen = 0;
+static inline void block_barrier_complete() {
+    g_b_arrived = 0;
+    g_b_gen++;
+    g_bepoch++;
+    for (int w = 0; w < kMaxWarps; ++w)
+        g_wsync[w]++;
+}
+static inline void syncthreads() {
+    const uint64_t gen = g_b_gen;
+    g_progress++;
+    if (++g_b_arrived == g_alive)
+        block_barrier_complete();
+    else
+        while (g_b_gen == gen)
+            yield();
+}
+
+// ---- warp collectives ------------------------------------------------------------------------
+enum Op { OP_LDSM = 1, OP_LDSM_T, OP_MMA_F16, OP_MMA_BF16, OP_SHFL_XOR, OP_ANY, OP_SYNCWARP };
+struct CIn {
+    int op;
+    uint32_t u[4];
+    uint32_t b0, b1;
+    float c[4];
+    float f;
+    int i;
+    unsigned mask;
+};
+struct COut {
+    uint32_t r[4];
+    float c[4];
+    float f;
+    int i;
+};
+struct WarpColl {
+    int arrived = 0;
+    uint64_t gen = 0;
+    CIn in[32];
+    COut out[32];
+};
+static WarpColl g_wc[kMaxWarps];
+
+static inline void compute_collective(int w, WarpColl &W) {
+    const int op = W.in[0].op;
+    for (int l = 0; l < 32; ++l)
+        if (W.in[l].op != op) {
+            EMU_ERR("warp %d: divergent collectives, lane 0 op %d, lane %d op %d", w, op, l,
+                    W.in[l].op);
+            break;
+        }
+    for (int l = 0; l < 32; ++l)
+        if ((op == OP_SHFL_XOR || op == OP_ANY || op == OP_SYNCWARP) && W.in[l].mask != 0xffffffffu)
+            EMU_ERR("warp %d lane %d: partial member mask %08x", w, l, W.in[l].mask);
+    const int base = w * 32;
+    if (op == OP_LDSM || op == OP_LDSM_T) {
+        // lane l gives the address of row l%8 of matrix l/8 (16 contiguous bytes)
+        bool ok[32];
+        for (int l = 0; l < 32; ++l) {
+            ok[l] = smem_range_ok(W.in[l].u[0], 16, 16, "ldmatrix");
+            if (ok[l]) {
+                const int save = g_cur;
+                g_cur = base + l;
+                smem_read_check(base + l, W.in[l].u[0], 16, "ldmatrix");
+                g_cur = save;
+            }
+        }
+        // bank conflicts: each 8-lane phase (one matrix) should hit 8 distinct 16-byte bank groups
+        for (int m = 0; m < 4; ++m) {
+            int seen = 0, conf = 0;
+            for (int r = 0; r < 8; ++r) {
+                const int grp = (W.in[m * 8 + r].u[0] >> 4) & 7;
+                if (seen & (1 << grp))
+                    conf++;
+                seen |= 1 << grp;
+            }
+            g_ldsm_phases++;
+            if (conf)
+                g_ldsm_conflicted++;
+        }
+        auto elem = [&](int m, int row, int col) -> uint16_t { // matrix m, row, col (b16)
+            const int src = m * 8 + row;
+            if (!ok[src])
+                return 0xffff;
+            uint16_t v;
+            memcpy(&v, &g_smem[W.in[src].u[0] + 2 * col], 2);
+            return v;
+        };
+        for (int l = 0; l < 32; ++l) {
+            const int g = l >> 2, t = l & 3;
+            for (int m = 0; m < 4; ++m) {
+                uint16_t lo, hi;
+                if (op == OP_LDSM) { // row g, cols 2t, 2t+1
+                    lo = elem(m, g, 2 * t);
+                    hi = elem(m, g, 2 * t + 1);
+                } else { // transposed: rows 2t, 2t+1 of col g
+                    lo = elem(m, 2 * t, g);
+                    hi = elem(m, 2 * t + 1, g);
+                }
+                W.out[l].r[m] = (uint32_t)lo | ((uint32_t)hi << 16);
+            }
+        }
+    } else if (op == OP_MMA_F16 || op == OP_MMA_BF16) {
+        const bool bf = op == OP_MMA_BF16;
+        double A[16][16], B[16][8], C[16][8];
+        for (int l = 0; l < 32; ++l) {
+            const int g = l >> 2, t = l & 3;
+            const CIn &x = W.in[l];
+            // A: a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+            for (int r = 0; r < 4; ++r) {
+                const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+                A[row][col] = lo_f(x.u[r], bf);
+                A[row][col + 1] = hi_f(x.u[r], bf);
+            }
+            // B: b0 k rows 2t, 2t+1 col g; b1 k rows 2t+8, 2t+9 col g
+            B[2 * t][g] = lo_f(x.b0, bf);
+            B[2 * t + 1][g] = hi_f(x.b0, bf);
+            B[2 * t + 8][g] = lo_f(x.b1, bf);
+            B[2 * t + 9][g] = hi_f(x.b1, bf);
+            // C: c0,c1 (g, 2t, 2t+1) c2,c3 (g+8, 2t, 2t+1)
+            C[g][2 * t] = x.c[0];
+            C[g][2 * t + 1] = x.c[1];
+            C[g + 8][2 * t] = x.c[2];
+            C[g + 8][2 * t + 1] = x.c[3];
+        }
+        float D[16][8];
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 8; ++j) {
+                double s = C[i][j];
+                for (int k = 0; k < 16; ++k)
+                    s += A[i][k] * B[k][j];
+                D[i][j] = (float)s;
+            }
+        for (int l = 0; l < 32; ++l) {
+            const int g = l >> 2, t = l & 3;
+            W.out[l].c[0] = D[g][2 * t];
+            W.out[l].c[1] = D[g][2 * t + 1];
+            W.out[l].c[2] = D[g + 8][2 * t];
+            W.out[l].c[3] = D[g + 8][2 * t + 1];
+        }
+    } else if (op == OP_SHFL_XOR) {
+        for (int l = 0; l < 32; ++l) {
+            if (W.in[l].i != W.in[0].i)
+                EMU_ERR("shfl_xor: lanes differ in laneMask");
+            W.out[l].f = W.in[(l ^ W.in[l].i) & 31].f;
+        }
+    } else if (op == OP_ANY) {
+        int any = 0;
+        for (int l = 0; l < 32; ++l)
+            any |= W.in[l].i != 0;
+        for (int l = 0; l < 32; ++l)
+            W.out[l].i = any;
+    } else if (op == OP_SYNCWARP) {
+        g_wsync[w]++;
+    }
+}
+
+static inline COut collective(const CIn &x) {
+    const int t = g_cur, w = t / 32, l = t % 32;
+    WarpColl &W = g_wc[w];
+    W.in[l] = x;
+    const uint64_t gen = W.gen;
+    g_progress++;
+    if (++W.arrived == 32) {
+        compute_collective(w, W);
+        W.arrived = 0;
+        W.gen++;
+    } else {
+        while (W.gen == gen)
+            yield();
+    }
+    return W.out[l];
+}
+
+// ---- cp.async
+// ------------------------------------------------------------------------------------
+static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
+    const int t = g_cur;
+    if (!smem_range_ok(dst, 16, 16, "cp.async dst"))
+        return;
+    if ((uintptr_t)src % 16)
+        EMU_ERR("cp.async: global src %p not 16-byte aligned", src);
+    if (!global_ok(src, 16))
+        EMU_ERR("cp.async: global src %p (valid=%d) outside every buffer", src, (int)valid);
+    smem_write_check(t, dst, 16, "cp.async");
+    CpOp op;
+    op.dst = dst;
+    op.group = -1;
+    if (valid && global_ok(src, 16))
+        memcpy(op.data, src, 16);
+    else
+        memset(op.data, 0, 16);
+    if (valid && !global_ok(src, 16))
+        memset(op.data, 0xff, 16);
+    for (uint32_t a = dst / 4; a < dst / 4 + 4; ++a)
+        g_sh[a].pend = t;
+    memset(&g_smem[dst], 0xff, 16); // poison until it lands
+    g_fib[t].cp.push_back(op);
+}
+static int g_group_ctr[1024];
+static inline void cp_async_commit() {
+    const int t = g_cur;
+    const int gid = ++g_group_ctr[t];
+    for (auto &op : g_fib[t].cp)
+        if (op.group < 0)
+            op.group = gid;
+}
+static inline void cp_async_wait_all() {
+    const int t = g_cur;
+    std::vector<CpOp> keep;
+    for (auto &op : g_fib[t].cp) {
+        if (op.group < 0) { // uncommitted: not waited for by wait_group
+            keep.push_back(op);
+            continue;
+        }
+        memcpy(&g_smem[op.dst], op.data, 16);
+        for (uint32_t a = op.dst / 4; a < op.dst / 4 + 4; ++a)
+            g_sh[a].pend = -1;
+        smem_mark_written(t, op.dst, 16);
+    }
+    g_fib[t].cp.swap(keep);
+}
+
+// ---- launch
+// ------------------------------------------------------------------------------------------
+static std::vector<std::pair<const void *, int>> g_func_attr;
+
+static void fiber_entry() {
+    g_body();
+    Fiber &f = g_fib[g_cur];
+    if (!f.cp.empty())
+        EMU_ERR("thread exits with %zu cp.async not waited for", f.cp.size());
+    f.done = true;
+    g_alive--;
+    g_progress++;
+    if (g_b_arrived > 0 && g_b_arrived == g_alive)
+        block_barrier_complete();
+    // returns to g_main through uc_link
+}
+
+static long g_blocks_run = 0;
+
+static void run_block(unsigned bx, int nthreads, int smem_bytes) {
+    g_bx = bx;
+    g_nthreads = nthreads;
+    g_smem.assign(smem_bytes, 0xff);
+    g_sh.assign((smem_bytes + 3) / 4, Sh());
+    g_bepoch = 1;
+    for (int w = 0; w < kMaxWarps; ++w) {
+        g_wsync[w] = 1;
+        g_wc[w].arrived = 0;
+    }
+    g_b_arrived = 0;
+    memset(g_group_ctr, 0, sizeof g_group_ctr);
+    if ((int)g_fib.size() < nthreads)
+        g_fib.resize(nthreads);
+    g_alive = nthreads;
+    for (int t = 0; t < nthreads; ++t) {
+        Fiber &f = g_fib[t];
+        f.done = false;
+        f.cp.clear();
+        if (f.stack.empty())
+            f.stack.resize(256 * 1024);
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = &g_main;
+        makecontext(&f.ctx, fiber_entry, 0);
+    }
+    while (g_alive > 0) {
+        const uint64_t before = g_progress;
+        for (int t = 0; t < nthreads; ++t) {
+            if (g_fib[t].done)
+                continue;
+            g_cur = t;
+            swapcontext(&g_main, &g_fib[t].ctx);
+        }
+        if (g_progress == before && g_alive > 0) {
+            EMU_ERR(
+                "deadlock: %d threads alive, block barrier arrivals %d, warp arrivals %d %d %d %d",
+                g_alive, g_b_arrived, g_wc[0].arrived, g_wc[1].arrived, g_wc[2].arrived,
+                g_wc[3].arrived);
+            fprintf(stderr, "aborting on deadlock\n");
+            exit(3);
+        }
+    }
+    g_blocks_run++;
+}
+
+template <class K, class P>
+static void launch(K kern, unsigned grid, int block, int smem_bytes, cudaStream_t, const P &prm) {
+    int maxdyn = 48 * 1024;
+    for (auto &a : g_func_attr)
+        if (a.first == (const void *)kern)
+            maxdyn = a.second;
+    if (smem_bytes > maxdyn)
+        EMU_ERR("launch: %d bytes of dynamic smem > the %d allowed", smem_bytes, maxdyn);
+    if (smem_bytes > 227 * 1024)
+        EMU_ERR("launch: %d bytes of smem > 227 KB (sm_90 max)", smem_bytes);
+    if (block / 32 > kMaxWarps || block % 32) {
+        EMU_ERR("launch: block %d unsupported by the emulator", block);
+        return;
+    }
+    g_gridx = grid;
+    g_body = [&]() { kern(prm); };
+    for (unsigned bx = 0; bx < grid; ++bx)
+        run_block(bx, block, smem_bytes);
+}
+
+} // namespace emu
+
+#define EMU_SMEM_DECL                                                                              \
+    emu::SmemPtr smem { 0 }
+#define EMU_LAUNCH(...) emu::launch(__VA_ARGS__)
+
+template <class F> static cudaError_t cudaFuncSetAttribute(F f, cudaFuncAttribute attr, int v) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        for (auto &a : emu::g_func_attr)
+            if (a.first == (const void *)f) {
+                a.second = v;
+                return cudaSuccess;
+            }
+        emu::g_func_attr.push_back({(const void *)f, v});
+    }
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+#define threadIdx (emu::Dim3{(unsigned)emu::g_cur, 0u, 0u})
+#define blockIdx (emu::Dim3{emu::g_bx, 0u, 0u})
+#define blockDim (emu::Dim3{(unsigned)emu::g_nthreads, 1u, 1u})
+
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline void __syncthreads() { emu::syncthreads(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    emu::CIn x{};
+    x.op = emu::OP_SYNCWARP;
+    x.mask = mask;
+    emu::collective(x);
+}
+static inline float __shfl_xor_sync(unsigned mask, float v, int laneMask, int width = 32) {
+    if (width != 32)
+        EMU_ERR("shfl width %d", width);
+    emu::CIn x{};
+    x.op = emu::OP_SHFL_XOR;
+    x.mask = mask;
+    x.f = v;
+    x.i = laneMask;
+    return emu::collective(x).f;
+}
+static inline int __any_sync(unsigned mask, int pred) {
+    emu::CIn x{};
+    x.op = emu::OP_ANY;
+    x.mask = mask;
+    x.i = pred;
+    return emu::collective(x).i;
+}
+static inline float __fdividef(float a, float b) {
+    const float ab = fabsf(b);
+    if (ab > 8.507059e37f && ab <= 3.4028235e38f)
+        return 0.0f * a; // 2^126 < |b| < 2^128
+    return a / b;
+}
+static inline float emu_log2f(float x) { return log2f(x); }
+#define __log2f(x) emu_log2f(x)

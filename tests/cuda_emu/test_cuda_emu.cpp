@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: MIT */
+// test_cuda_emu.cpp — runs the tensor-core forward (cuda/fwd_mma.cu) on the CPU through the
+// emulator in emu.h, through its own host entry points fa__mma_supported and fa__mma_forward,
+// and compares out and lse with an fp64 attention over the same fp16/bf16 inputs. Also fails on
+// NaN, unwritten or stray output (out starts as a NaN sentinel, canaries around it and lse),
+// and on anything the emulator reports: shared-memory races, reads of cp.async data before its
+// wait, bad cp.async sources, divergent warp collectives, deadlocks.
+//
+// fwd_mma_emu.cu is cuda/fwd_mma.cu made by emu_kernel.cmake at build time with two lines
+// replaced (the extern __shared__ declaration and the <<<>>> launch); the rest is compiled as
+// it is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
+// quick, and sweep SEED N (N random configurations).
+#include "emu.h"
+#include "fwd_mma_emu.cu"
+
+#include <chrono>
+#include <random>
+#include <string>
+
+struct Cfg {
+    int B = 1, H = 2, Hk = 2, D = 64, Sq = 1, Sk = 1;
+    bool bf = false, causal = false, lse = true;
+    int wl = -1, wr = -1;
+    float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
+    std::vector<int> lq, lk; // varlen lengths (empty: fixed)
+    int pad = 0;             // extra elements (multiple of 8) on every head and row stride
+};
+
+static std::mt19937 rng(1234);
+
+static int run(const Cfg &c, double *max_err_out) {
+    const bool varlen = !c.lq.empty();
+    const int B = varlen ? (int)c.lq.size() : c.B;
+    std::vector<int32_t> cu_q(B + 1, 0), cu_k(B + 1, 0);
+    int maxq = c.Sq, maxk = c.Sk;
+    if (varlen) {
+        maxq = maxk = 0;
+        for (int b = 0; b < B; ++b) {
+            cu_q[b + 1] = cu_q[b] + c.lq[b];
+            cu_k[b + 1] = cu_k[b] + c.lk[b];
+            maxq = std::max(maxq, c.lq[b]);
+            maxk = std::max(maxk, c.lk[b]);
+        }
+    }
+    const int totq = varlen ? cu_q[B] : B * c.Sq, totk = varlen ? cu_k[B] : B * c.Sk;
+    const int64_t D = c.D;
+    auto mkview = [&](int H, int rows_per_b, int64_t &sb, int64_t &ss, int64_t &sh, size_t &n) {
+        sh = D + c.pad;
+        ss = H * sh + c.pad;
+        sb = varlen ? 0 : rows_per_b * ss + c.pad;
+        n = varlen ? (size_t)(rows_per_b)*ss + 64 : (size_t)B * sb + 64;
+    };
+    int64_t qsb, qss, qsh, ksb, kss, ksh, osb, oss, osh;
+    size_t nq, nk, no;
+    mkview(c.H, varlen ? totq : c.Sq, qsb, qss, qsh, nq);
+    mkview(c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh, nk);
+    mkview(c.H, varlen ? totq : c.Sq, osb, oss, osh, no);
+    auto alloc16 = [](size_t n) {
+        return (uint16_t *)aligned_alloc(256, ((n * 2 + 255) / 256) * 256);
+    };
+    uint16_t *q = alloc16(nq), *k = alloc16(nk), *v = alloc16(nk);
+    const size_t canary = 128;
+    uint16_t *obuf = alloc16(no + 2 * canary), *o = obuf + canary;
+    std::uniform_real_distribution<float> U(-1, 1);
+    auto cvt = [&](float x) { return c.bf ? emu::f2bf(x) : emu::f2h(x); };
+    auto val = [&](uint16_t x) { return (double)(c.bf ? emu::bf2f(x) : emu::h2f(x)); };
+    for (size_t i = 0; i < nq; ++i)
+        q[i] = cvt(U(rng) * c.mag);
+    for (size_t i = 0; i < nk; ++i)
+        k[i] = cvt(U(rng) * c.mag), v[i] = cvt(U(rng));
+    const uint16_t sentinel = c.bf ? 0x7fc1 : 0x7e01;
+    for (size_t i = 0; i < no + 2 * canary; ++i)
+        obuf[i] = sentinel;
+    // lse: [B, H, Sq] or varlen [H, total_q]; canaries around
+    const size_t nl = (size_t)c.H * (varlen ? totq : B * c.Sq);
+    std::vector<float> lbuf(nl + 64, NAN);
+    float *lse = lbuf.data() + 32;
+    std::vector<float> slopes(B * c.H);
+    for (int i = 0; i < B * c.H; ++i)
+        slopes[i] = c.alibi * (0.5f + (float)(i % 7) / 7.0f);
+
+    emu::g_bufs.clear();
+    emu::register_global(q, nq * 2);
+    emu::register_global(k, nk * 2);
+    emu::register_global(v, nk * 2);
+
+    fa__problem p;
+    memset(&p, 0, sizeof p);
+    p.B = B, p.H = c.H, p.Hk = c.Hk, p.D = D, p.Sq = maxq, p.Sk = maxk;
+    p.cu_q = varlen ? cu_q.data() : nullptr;
+    p.cu_k = varlen ? cu_k.data() : nullptr;
+    p.total_q = totq, p.total_k = totk;
+    const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+    p.q = fa__view{q, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.k = fa__view{k, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.v = fa__view{v, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.out = fa__view{o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.lse = c.lse ? lse : nullptr;
+    if (varlen)
+        p.lse_sb = 0, p.lse_sh = totq, p.lse_ss = 1;
+    else
+        p.lse_sb = (int64_t)c.H * c.Sq, p.lse_sh = c.Sq, p.lse_ss = 1;
+    p.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D);
+    p.causal = c.causal;
+    p.window_left = c.wl;
+    p.window_right = c.causal ? 0 : c.wr;
+    p.softcap = c.softcap;
+    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
+    p.alibi_sb = c.H, p.alibi_sh = 1;
+    if (!fa__mma_supported(&p, 80)) {
+        printf("  not supported by fa__mma_supported\n");
+        return 1;
+    }
+    const long err0 = emu::g_errors;
+    fa__mma_forward(&p, p.cu_q, p.cu_k, nullptr);
+
+    // reference
+    double max_err = 0, max_lse_err = 0;
+    long bad_nan = 0, unwritten = 0, n_rows = 0;
+    std::vector<char> expect(no, 0);
+    std::vector<double> s(maxk + 1);
+    for (int b = 0; b < B; ++b) {
+        const int rq = varlen ? cu_q[b] : 0, rk = varlen ? cu_k[b] : 0;
+        const int sq = varlen ? cu_q[b + 1] - rq : c.Sq, sk = varlen ? cu_k[b + 1] - rk : c.Sk;
+        const int off = sk - sq;
+        for (int h = 0; h < c.H; ++h) {
+            const int hk = h / (c.H / c.Hk);
+            const double slope = p.alibi ? slopes[b * c.H + h] : 0;
+            for (int i = 0; i < sq; ++i) {
+                n_rows++;
+                const int64_t lo = p.window_left < 0 ? 0 : (int64_t)i + off - p.window_left;
+                const int64_t hi = p.window_right < 0 ? sk : (int64_t)i + off + p.window_right + 1;
+                double m = -INFINITY;
+                const uint16_t *qr = q + b * qsb + (int64_t)(rq + i) * qss + h * qsh;
+                for (int j = 0; j < sk; ++j) {
+                    if (j < lo || j >= hi) {
+                        s[j] = -INFINITY;
+                        continue;
+                    }
+                    const uint16_t *kr = k + b * ksb + (int64_t)(rk + j) * kss + hk * ksh;
+                    double d = 0;
+                    for (int e = 0; e < D; ++e)
+                        d += val(qr[e]) * val(kr[e]);
+                    d *= p.scale;
+                    if (c.softcap > 0)
+                        d = c.softcap * tanh(d / c.softcap);
+                    if (p.alibi)
+                        d -= slope * fabs((double)(i + off - j));
+                    s[j] = d;
+                    m = std::max(m, d);
+                }
+                double l = 0;
+                std::vector<double> acc(D, 0.0);
+                if (m != -INFINITY)
+                    for (int j = 0; j < sk; ++j) {
+                        if (s[j] == -INFINITY)
+                            continue;
+                        const double e = exp(s[j] - m);
+                        l += e;
+                        const uint16_t *vr = v + b * ksb + (int64_t)(rk + j) * kss + hk * ksh;
+                        for (int x = 0; x < D; ++x)
+                            acc[x] += e * val(vr[x]);
+                    }
+                const int64_t orow = b * osb + (int64_t)(rq + i) * oss + h * osh;
+                for (int x = 0; x < D; ++x) {
+                    expect[orow + x] = 1;
+                    const double ref = l > 0 ? acc[x] / l : 0.0;
+                    const uint16_t got = o[orow + x];
+                    if (got == sentinel) {
+                        if (unwritten++ < 5)
+                            printf("  unwritten out: b %d h %d i %d d %d\n", b, h, i, x);
+                        continue;
+                    }
+                    const double gv = val(got);
+                    if (std::isnan(gv)) {
+                        if (bad_nan++ < 5)
+                            printf("  NaN out: b %d h %d i %d d %d\n", b, h, i, x);
+                        continue;
+                    }
+                    const double err = fabs(gv - ref);
+                    if (err > max_err)
+                        max_err = err;
+                    if (err > (c.bf ? 0.05 : 0.01) && max_err == err)
+                        printf("  big err: b %d h %d i %d d %d got %g ref %g\n", b, h, i, x, gv,
+                               ref);
+                }
+                if (c.lse) {
+                    const double ref = l > 0 ? m + log(l) : -INFINITY;
+                    const float got =
+                        lse[b * p.lse_sb + h * p.lse_sh + (int64_t)(rq + i) * p.lse_ss];
+                    double e;
+                    if (ref == -INFINITY)
+                        e = got == -INFINITY ? 0 : INFINITY;
+                    else
+                        e = fabs(got - ref);
+                    if (std::isnan(got))
+                        e = INFINITY;
+                    if (e > max_lse_err) {
+                        max_lse_err = e;
+                        if (e > 1e-3)
+                            printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got, ref);
+                    }
+                }
+            }
+        }
+    }
+    long stray = 0, canary_bad = 0;
+    for (size_t i = 0; i < no; ++i)
+        if (!expect[i] && o[i] != sentinel)
+            stray++;
+    for (size_t i = 0; i < canary; ++i)
+        canary_bad += (obuf[i] != sentinel) + (o[no + i] != sentinel);
+    long lse_stray = 0;
+    if (c.lse) {
+        // positions the kernel may write: rows inside sequences
+        std::vector<char> le(nl, 0);
+        for (int b = 0; b < B; ++b) {
+            const int rq = varlen ? cu_q[b] : 0, sq = varlen ? cu_q[b + 1] - rq : c.Sq;
+            for (int h = 0; h < c.H; ++h)
+                for (int i = 0; i < sq; ++i)
+                    le[b * p.lse_sb + h * p.lse_sh + (rq + i) * p.lse_ss] = 1;
+        }
+        for (size_t i = 0; i < nl; ++i)
+            if (!le[i] && !std::isnan(lse[i]))
+                lse_stray++;
+        for (int i = 0; i < 32; ++i)
+            lse_stray += !std::isnan(lbuf[i]) + !std::isnan(lbuf[32 + nl + i]);
+    } else {
+        for (auto x : lbuf)
+            lse_stray += !std::isnan(x);
+    }
+    const long emu_errs = emu::g_errors - err0;
+    const double tol = c.bf ? 2e-2 : 4e-3;
+    const bool fail = bad_nan || unwritten || stray || canary_bad || lse_stray || emu_errs ||
+                      max_err > tol || max_lse_err > 2e-3;
+    printf("  rows %ld  max|out-ref| %.3e  max|lse-ref| %.3e  NaN %ld unwritten %ld stray %ld "
+           "canary %ld "
+           "lse_stray %ld emu_errors %ld  => %s\n",
+           n_rows, max_err, max_lse_err, bad_nan, unwritten, stray, canary_bad, lse_stray, emu_errs,
+           fail ? "FAIL" : "ok");
+    free(q), free(k), free(v), free(obuf);
+    if (max_err_out)
+        *max_err_out = max_err;
+    return fail;
+}
+
+static std::string describe(const Cfg &c) {
+    char buf[512];
+    std::string vl;
+    if (!c.lq.empty()) {
+        vl = " varlen q/k=";
+        for (size_t i = 0; i < c.lq.size(); ++i)
+            vl += std::to_string(c.lq[i]) + "/" + std::to_string(c.lk[i]) + ",";
+    }
+    snprintf(buf, sizeof buf,
+             "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g lse=%d "
+             "pad=%d mag=%g scale=%g%s",
+             c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
+             c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str());
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    std::vector<Cfg> cfgs;
+    auto add = [&](Cfg c) { cfgs.push_back(c); };
+    auto mk = [](int D, bool bf, int Sq, int Sk) {
+        Cfg c;
+        c.D = D, c.bf = bf, c.Sq = Sq, c.Sk = Sk;
+        return c;
+    };
+    struct Suite {
+        std::string name;
+        int seed, n; /* sweep only */
+    };
+    std::vector<Suite> suites;
+    for (int a = 1; a < argc; ++a) {
+        Suite su{argv[a], 99, 60};
+        if (su.name == "sweep" && a + 2 < argc)
+            su.seed = atoi(argv[a + 1]), su.n = atoi(argv[a + 2]), a += 2;
+        suites.push_back(su);
+    }
+    if (suites.empty())
+        suites = {{"basic", 0, 0}, {"features", 0, 0}, {"edge", 0, 0}, {"long", 0, 0}};
+    for (const Suite &su : suites) {
+        const std::string &suite = su.name;
+        if (suite == "quick") {
+            Cfg c;
+            c.Sq = 5, c.Sk = 7;
+            add(c);
+        } else if (suite == "basic") {
+            for (int D : {64, 128})
+                for (int bf : {0, 1})
+                    for (int causal : {0, 1})
+                        for (auto sz : std::vector<std::pair<int, int>>{
+                                 {1, 1}, {37, 37}, {130, 130}, {77, 200}, {200, 77}, {1, 300}}) {
+                            Cfg c;
+                            c.D = D, c.bf = bf, c.causal = causal, c.Sq = sz.first,
+                            c.Sk = sz.second;
+                            add(c);
+                        }
+        } else if (suite == "features") {
+            for (int D : {64, 128})
+                for (int bf : {0, 1}) {
+                    Cfg c = mk(D, bf, 150, 170);
+                    c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
+                    add(c);
+                    c = mk(D, bf, 70, 70);
+                    c.H = 3, c.Hk = 1, c.pad = 8; // MQA, padded strides
+                    add(c);
+                    c = mk(D, bf, 260, 300);
+                    c.wl = 40, c.wr = 17; // sliding window
+                    add(c);
+                    c = mk(D, bf, 140, 140);
+                    c.softcap = 5, c.mag = 2;
+                    add(c);
+                    c = mk(D, bf, 140, 160);
+                    c.alibi = 0.3f, c.causal = true;
+                    add(c);
+                    c = mk(D, bf, 100, 130);
+                    c.alibi = 0.2f, c.softcap = 3, c.mag = 2;
+                    add(c);
+                    c = mk(D, bf, 0, 0);
+                    c.lq = {5, 0, 130, 64}, c.lk = {9, 4, 129, 0}, c.causal = true, c.H = 2,
+                    c.Hk = 1;
+                    add(c); // varlen
+                    c = mk(D, bf, 300, 40);
+                    c.causal = true; // rows that see no key
+                    add(c);
+                    c = mk(D, bf, 129, 257);
+                    c.mag = 4, c.scale = 1.0f, c.lse = false; // large scores, no lse
+                    add(c);
+                    c = mk(D, bf, 50, 300);
+                    c.wl = 0, c.wr = 0;
+                    add(c);
+                }
+        } else if (suite == "sweep") {
+            std::mt19937 r2(su.seed);
+            const int n = su.n;
+            auto R = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(r2); };
+            const int edges[] = {1,  2,   7,   8,   15,  16,  17,  31,  32,  33,  63,  64,
+                                 65, 127, 128, 129, 160, 255, 256, 257, 300, 383, 384, 385};
+            for (int it = 0; it < n; ++it) {
+                Cfg c;
+                c.D = R(0, 1) ? 128 : 64;
+                c.bf = R(0, 1);
+                c.B = R(1, 2);
+                c.Hk = R(1, 2);
+                c.H = c.Hk * R(1, 2);
+                c.Sq = R(0, 1) ? edges[R(0, 23)] : R(1, 400);
+                c.Sk = R(0, 1) ? edges[R(0, 23)] : R(1, 400);
+                const int mode = R(0, 5);
+                if (mode == 1)
+                    c.causal = true;
+                if (mode == 2)
+                    c.wl = R(0, 200), c.wr = R(-1, 50);
+                if (mode == 3)
+                    c.wl = R(-1, 100), c.wr = R(0, 100);
+                if (mode == 4)
+                    c.causal = true, c.wl = R(0, 150);
+                if (R(0, 3) == 0)
+                    c.softcap = 0.5f + R(0, 20) * 0.5f;
+                if (R(0, 3) == 0)
+                    c.alibi = R(1, 10) * 0.05f;
+                c.lse = R(0, 4) != 0;
+                c.pad = R(0, 3) == 0 ? 8 * R(1, 3) : 0;
+                c.mag = R(0, 3) == 0 ? 3.0f : 1.0f;
+                if (R(0, 4) == 0) { // varlen
+                    const int nb = R(1, 4);
+                    for (int b = 0; b < nb; ++b) {
+                        c.lq.push_back(R(0, 6) == 0 ? 0 : R(1, 300));
+                        c.lk.push_back(R(0, 6) == 0 ? 0 : R(1, 300));
+                    }
+                }
+                add(c);
+            }
+        } else if (suite == "long") {
+            for (int D : {64, 128})
+                for (int bf : {0, 1}) {
+                    Cfg c;
+                    c.D = D, c.bf = bf, c.Sq = 3, c.Sk = 1500, c.mag = 2;
+                    add(c);
+                    c.causal = true, c.Sq = 260, c.Sk = 1100, c.H = 1, c.Hk = 1;
+                    add(c);
+                }
+        } else if (suite == "edge") {
+            for (int D : {64, 128})
+                for (int bf : {0, 1}) {
+                    add(mk(D, bf, 5, 0)); // no keys at all
+                    Cfg c = mk(D, bf, 70, 150);
+                    c.wl = 0x7fffffff, c.wr = 0x7fffffff; // huge windows
+                    add(c);
+                    c = mk(D, bf, 70, 150);
+                    c.wl = 0x7fffffff, c.causal = true;
+                    add(c);
+                    c = mk(D, bf, 90, 200);
+                    c.softcap = 1, c.scale = 1, c.mag = 4; // saturating softcap
+                    add(c);
+                    c = mk(D, bf, 90, 200);
+                    c.scale = 1e-3f; // flat
+                    add(c);
+                    c = mk(D, bf, 90, 200);
+                    c.scale = 4, c.mag = 4; // very peaked
+                    add(c);
+                    c = mk(D, bf, 131, 67);
+                    c.B = 3, c.H = 3, c.Hk = 3, c.pad = 16, c.causal = true;
+                    add(c);
+                    c = mk(D, bf, 256, 256);
+                    c.wl = 3, c.wr = 200, c.alibi = 2.0f; // strong ALiBi
+                    add(c);
+                    c = mk(D, bf, 0, 0);
+                    c.lq = {0, 0, 3}, c.lk = {0, 5, 0}; // varlen: empty and keyless sequences
+                    add(c);
+                }
+        } else {
+            fprintf(stderr, "suites: basic features edge long quick | sweep SEED N\n");
+            return 2;
+        }
+    }
+    int fails = 0;
+    for (auto &c : cfgs) {
+        printf("%s\n", describe(c).c_str());
+        fflush(stdout);
+        const auto t0 = std::chrono::steady_clock::now();
+        const long nb = emu::g_blocks_run;
+        fails += run(c, nullptr);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        printf("  %.2f s, %ld CTAs emulated\n", secs, emu::g_blocks_run - nb);
+        fflush(stdout);
+    }
+    printf("ldmatrix 8-lane phases: %ld, with a bank conflict: %ld\n", emu::g_ldsm_phases,
+           emu::g_ldsm_conflicted);
+    printf("%d of %zu configurations failed; emulator errors total %ld\n", fails, cfgs.size(),
+           emu::g_errors);
+    /* fwd_mma.cu swizzles every tile so that ldmatrix is free of bank conflicts: hold it to it */
+    if (emu::g_ldsm_conflicted)
+        printf("FAIL: ldmatrix bank conflicts\n");
+    return fails != 0 || emu::g_ldsm_conflicted != 0;
+}
