@@ -2,7 +2,7 @@
 // emu.h — the CUDA features cuda/fwd_mma.cu uses, emulated on the host so the tensor-core
 // kernel runs (slowly, exactly) on machines without a GPU (tests/cuda_emu/test_cuda_emu.cpp).
 //
-// One CTA at a time; its threads run as ucontext fibers in one OS thread. Warp-collective
+// One CTA at a time; its threads run as fibers (Ctx below) in one OS thread. Warp-collective
 // operations (ldmatrix, mma.sync, shfl, any, syncwarp) gather all 32 lanes' operands, then the
 // last lane to arrive computes every lane's result from the PTX ISA's fragment layouts (mma.cuh
 // in cuda/ lists them). __syncthreads is a block barrier. Shared memory is a byte array poisoned
@@ -21,7 +21,9 @@
 #include <ucontext.h>
 
 #include <functional>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -32,7 +34,14 @@
 #define __shared__
 #define __align__(x) alignas(x)
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotSupported = 801
+};
 typedef struct CUstream_st *cudaStream_t;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct alignas(16) uint4 {
@@ -63,10 +72,18 @@ static int g_verbose_errs = 30;
     } while (0)
 
 // ---- fp16 / bf16 -------------------------------------------------------------------------
-static inline float h2f(uint16_t h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
+static inline float h2f(uint16_t h) { /* through a table: libgcc's conversion is slow */
+    static const std::vector<float> table = [] {
+        std::vector<float> t(65536);
+        for (uint32_t i = 0; i < 65536; ++i) {
+            const uint16_t b = (uint16_t)i;
+            _Float16 x;
+            memcpy(&x, &b, 2);
+            t[i] = (float)x;
+        }
+        return t;
+    }();
+    return table[h];
 }
 static inline uint16_t f2h(float f) { // round to nearest even (hardware cvt)
     _Float16 x = (_Float16)f;
@@ -218,19 +235,34 @@ struct CpOp {
     uint8_t data[16];
     int group; // -1 = not yet committed
 };
+// A fiber's saved context. On x86-64 a switch saves the six callee-saved registers on the
+// fiber's own stack and swaps stack pointers (emu_switch_stack, below): swapcontext would make a
+// signal-mask system call per switch, most of the emulator's time. Elsewhere, and under ASan
+// (which must see the stack switches), ucontext.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define EMU_FAST_SWITCH 1
+struct Ctx {
+    void *sp;
+};
+#else
+struct Ctx {
+    ucontext_t uc;
+};
+#endif
 struct Fiber {
-    ucontext_t ctx;
+    Ctx ctx;
     std::vector<char> stack;
     bool done = false;
     std::vector<CpOp> cp;
 };
 static std::vector<Fiber> g_fib;
-static ucontext_t g_main;
+static Ctx g_main;
 static uint64_t g_progress = 0;
 static int g_alive = 0;
 static std::function<void()> g_body;
 
-static inline void yield() { swapcontext(&g_fib[g_cur].ctx, &g_main); }
+static inline void switch_to(Ctx &save, Ctx &load);
+static inline void yield() { switch_to(g_fib[g_cur].ctx, g_main); }
 
 // ---- block barrier -----------------------------------------------------------------------------
 static int g_b_arrived = 0;
@@ -461,6 +493,7 @@ static inline void cp_async_wait_all() {
 // ------------------------------------------------------------------------------------------
 static std::vector<std::pair<const void *, int>> g_func_attr;
 
+// Every fiber starts here and ends by switching back to the scheduler for good.
 static void fiber_entry() {
     g_body();
     Fiber &f = g_fib[g_cur];
@@ -471,8 +504,45 @@ static void fiber_entry() {
     g_progress++;
     if (g_b_arrived > 0 && g_b_arrived == g_alive)
         block_barrier_complete();
-    // returns to g_main through uc_link
+    switch_to(f.ctx, g_main);
+    abort(); // a finished fiber is never resumed
 }
+
+#ifdef EMU_FAST_SWITCH
+} // namespace emu
+// Saves rbp, rbx, r12-r15 on the current stack and the stack pointer in *save_sp, then loads
+// load_sp and pops the same registers from it (a stack saved the same way, or a new one whose
+// "return address" is fiber_entry).
+extern "C" void emu_switch_stack(void **save_sp, void *load_sp);
+asm(".text\n.globl emu_switch_stack\n.hidden emu_switch_stack\n"
+    ".type emu_switch_stack,@function\nemu_switch_stack:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
+    ".size emu_switch_stack, .-emu_switch_stack\n");
+namespace emu {
+static inline void switch_to(Ctx &save, Ctx &load) { emu_switch_stack(&save.sp, load.sp); }
+// A new stack that emu_switch_stack "returns" into fiber_entry from, 16-byte aligned as after
+// a call; six zeros for the registers it pops first.
+static inline void start(Fiber &f) {
+    const uintptr_t top = ((uintptr_t)f.stack.data() + f.stack.size()) & ~(uintptr_t)15;
+    void **at = (void **)(top - 16);
+    at[1] = nullptr; // fiber_entry's own return address: it never returns
+    at[0] = (void *)fiber_entry;
+    for (int r = 1; r <= 6; ++r)
+        at[-r] = nullptr;
+    f.ctx.sp = at - 6;
+}
+#else
+static inline void switch_to(Ctx &save, Ctx &load) { swapcontext(&save.uc, &load.uc); }
+static inline void start(Fiber &f) {
+    getcontext(&f.ctx.uc);
+    f.ctx.uc.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc.uc_link = nullptr;
+    makecontext(&f.ctx.uc, fiber_entry, 0);
+}
+#endif
 
 static long g_blocks_run = 0;
 
@@ -497,11 +567,7 @@ static void run_block(unsigned bx, int nthreads, int smem_bytes) {
         f.cp.clear();
         if (f.stack.empty())
             f.stack.resize(256 * 1024);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = &g_main;
-        makecontext(&f.ctx, fiber_entry, 0);
+        start(f);
     }
     while (g_alive > 0) {
         const uint64_t before = g_progress;
@@ -509,7 +575,7 @@ static void run_block(unsigned bx, int nthreads, int smem_bytes) {
             if (g_fib[t].done)
                 continue;
             g_cur = t;
-            swapcontext(&g_main, &g_fib[t].ctx);
+            switch_to(g_main, g_fib[t].ctx);
         }
         if (g_progress == before && g_alive > 0) {
             EMU_ERR(
@@ -523,8 +589,8 @@ static void run_block(unsigned bx, int nthreads, int smem_bytes) {
     g_blocks_run++;
 }
 
-template <class K, class P>
-static void launch(K kern, unsigned grid, int block, int smem_bytes, cudaStream_t, const P &prm) {
+template <class K, class... A>
+static void launch(K kern, unsigned grid, int block, int smem_bytes, A... args) {
     int maxdyn = 48 * 1024;
     for (auto &a : g_func_attr)
         if (a.first == (const void *)kern)
@@ -537,17 +603,39 @@ static void launch(K kern, unsigned grid, int block, int smem_bytes, cudaStream_
         EMU_ERR("launch: block %d unsupported by the emulator", block);
         return;
     }
+    if (grid == 0) {
+        EMU_ERR("launch: empty grid");
+        return;
+    }
     g_gridx = grid;
-    g_body = [&]() { kern(prm); };
+    g_body = [&]() { kern(args...); };
     for (unsigned bx = 0; bx < grid; ++bx)
         run_block(bx, block, smem_bytes);
 }
 
+// `kernel<<<grid, block, smem, stream>>>(args)` becomes (emu_kernel.cmake)
+// `kernel ^ emu::LaunchCfg{grid, block, smem, stream}(args)`: the config binds the arguments,
+// operator^ launches. Templated constructor: the launch's own argument types, no narrowing.
+struct LaunchCfg {
+    unsigned grid;
+    int block, smem;
+    template <class G, class B, class S = int, class T = cudaStream_t>
+    LaunchCfg(G g, B b, S sm = 0, T = nullptr) : grid((unsigned)g), block((int)b), smem((int)sm) {}
+    template <class... A> std::pair<LaunchCfg, std::tuple<A...>> operator()(A... a) const {
+        return {*this, std::tuple<A...>(a...)};
+    }
+};
+
 } // namespace emu
+
+template <class... P, class... A>
+static void operator^(void (*kern)(P...), const std::pair<emu::LaunchCfg, std::tuple<A...>> &l) {
+    std::apply([&](A... a) { emu::launch(kern, l.first.grid, l.first.block, l.first.smem, a...); },
+               l.second);
+}
 
 #define EMU_SMEM_DECL                                                                              \
     emu::SmemPtr smem { 0 }
-#define EMU_LAUNCH(...) emu::launch(__VA_ARGS__)
 
 template <class F> static cudaError_t cudaFuncSetAttribute(F f, cudaFuncAttribute attr, int v) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
@@ -565,6 +653,7 @@ static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 #define threadIdx (emu::Dim3{(unsigned)emu::g_cur, 0u, 0u})
 #define blockIdx (emu::Dim3{emu::g_bx, 0u, 0u})
 #define blockDim (emu::Dim3{(unsigned)emu::g_nthreads, 1u, 1u})
+#define gridDim (emu::Dim3{emu::g_gridx, 1u, 1u})
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }

@@ -6,9 +6,9 @@
 // and on anything the emulator reports: shared-memory races, reads of cp.async data before its
 // wait, bad cp.async sources, divergent warp collectives, deadlocks.
 //
-// fwd_mma_emu.cu is cuda/fwd_mma.cu made by emu_kernel.cmake at build time with two lines
-// replaced (the extern __shared__ declaration and the <<<>>> launch); the rest is compiled as
-// it is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
+// fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
+// __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
+// is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
 // quick, and sweep SEED N (N random configurations).
 #include "emu.h"
 #include "fwd_mma_emu.cu"

@@ -69,7 +69,7 @@ template <bool bf> static int run() {
     for (int n = 0; n < 16; ++n)
         for (int k = 0; k < 16; ++k)
             Bt[n][k] = Bkn[k][n];
-    emu::launch(kern<bf>, 1, 32, 2048, nullptr, 0);
+    emu::launch(kern<bf>, 1, 32, 2048, 0);
     double e1 = 0, e2 = 0;
     for (int i = 0; i < 16; ++i)
         for (int j = 0; j < 16; ++j) {

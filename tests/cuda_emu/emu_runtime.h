@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+// emu_runtime.h — the CUDA runtime calls cuda/plugin.cu makes, for the emulated plug-in
+// (tests/cuda_emu/plugin_emu.cpp): one device, "sm_90", whose memory is host memory. Every
+// allocation is registered with emu.h so cp.async sources are checked against it; copies must
+// stay inside allocations on the device side; kernels run to completion at launch, so streams
+// and synchronization are trivially ordered. Driver entry points are not offered (the plug-in
+// then falls back to cudaGetDevice / cudaSetDevice).
+#pragma once
+#include "emu.h"
+
+#define CUDART_VERSION 13000
+#define __CUDACC_VER_MAJOR__ 13
+#define __CUDACC_VER_MINOR__ 0
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3
+};
+enum cudaDeviceAttr {
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMemoryPoolsSupported = 115
+};
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
+enum { cudaEnableDefault = 0 };
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+    size_t totalGlobalMem;
+};
+
+namespace emu {
+static int g_device = 0;
+static long g_live_device_allocs = 0;
+
+// The registered allocation [p, p + n) lies in, or nullptr.
+static inline const GBuf *device_buffer(const void *p, size_t n) {
+    for (auto &b : g_bufs)
+        if ((const char *)p >= b.p && (const char *)p + n <= b.p + b.n)
+            return &b;
+    return nullptr;
+}
+} // namespace emu
+
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetDevice(int *d) {
+    *d = emu::g_device;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) {
+    if (d != 0)
+        return cudaErrorInvalidDevice;
+    emu::g_device = d;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
+    if (device != 0)
+        return cudaErrorInvalidDevice;
+    *v = attr == cudaDevAttrComputeCapabilityMajor ? 9 : attr == cudaDevAttrMemoryPoolsSupported;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+    if (device != 0)
+        return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated GPU (tests/cuda_emu)");
+    prop->major = 9, prop->minor = 0, prop->multiProcessorCount = 1;
+    prop->totalGlobalMem = (size_t)1 << 30;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    emu::register_global(*p, n);
+    emu::g_live_device_allocs++;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaFree(void *p) {
+    if (!p)
+        return cudaSuccess;
+    for (size_t i = 0; i < emu::g_bufs.size(); ++i)
+        if (emu::g_bufs[i].p == p) {
+            emu::g_bufs.erase(emu::g_bufs.begin() + (long)i);
+            emu::g_live_device_allocs--;
+            free(p);
+            return cudaSuccess;
+        }
+    return cudaErrorInvalidValue;
+}
+static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+    return cudaMalloc(p, n);
+}
+static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree(p); }
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
+                                          cudaStream_t) {
+    const bool dst_dev = kind != cudaMemcpyDeviceToHost, src_dev = kind != cudaMemcpyHostToDevice;
+    if ((dst_dev && !emu::device_buffer(dst, n)) || (src_dev && !emu::device_buffer(src, n)))
+        return cudaErrorInvalidValue;
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static inline cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **fn, unsigned, int,
+                                                           cudaDriverEntryPointQueryResult *) {
+    *fn = nullptr;
+    return cudaErrorNotSupported;
+}
+static inline const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    default:
+        return "cudaErrorNotSupported";
+    }
+}
+static inline const char *cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
