@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <functional>
 #include <tuple>
@@ -237,12 +241,16 @@ struct CpOp {
 };
 // A fiber's saved context. On x86-64 a switch saves the six callee-saved registers on the
 // fiber's own stack and swaps stack pointers (emu_switch_stack, below): swapcontext would make a
-// signal-mask system call per switch, most of the emulator's time. Elsewhere, and under ASan
-// (which must see the stack switches), ucontext.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// signal-mask system call per switch, most of the emulator's time. Under ASan each switch is
+// announced to it (bottom, size: the stack switched to; fake: ASan's state for this one).
+// Elsewhere, ucontext.
+#if defined(__x86_64__)
 #define EMU_FAST_SWITCH 1
 struct Ctx {
     void *sp;
+    const void *bottom;
+    size_t size;
+    void *fake;
 };
 #else
 struct Ctx {
@@ -261,7 +269,7 @@ static uint64_t g_progress = 0;
 static int g_alive = 0;
 static std::function<void()> g_body;
 
-static inline void switch_to(Ctx &save, Ctx &load);
+static inline void switch_to(Ctx &save, Ctx &load, bool last = false);
 static inline void yield() { switch_to(g_fib[g_cur].ctx, g_main); }
 
 // ---- block barrier -----------------------------------------------------------------------------
@@ -495,6 +503,9 @@ static std::vector<std::pair<const void *, int>> g_func_attr;
 
 // Every fiber starts here and ends by switching back to the scheduler for good.
 static void fiber_entry() {
+#if defined(EMU_FAST_SWITCH) && defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &g_main.bottom, &g_main.size); // from the scheduler
+#endif
     g_body();
     Fiber &f = g_fib[g_cur];
     if (!f.cp.empty())
@@ -504,7 +515,7 @@ static void fiber_entry() {
     g_progress++;
     if (g_b_arrived > 0 && g_b_arrived == g_alive)
         block_barrier_complete();
-    switch_to(f.ctx, g_main);
+    switch_to(f.ctx, g_main, true);
     abort(); // a finished fiber is never resumed
 }
 
@@ -521,10 +532,24 @@ asm(".text\n.globl emu_switch_stack\n.hidden emu_switch_stack\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n"
     ".size emu_switch_stack, .-emu_switch_stack\n");
 namespace emu {
-static inline void switch_to(Ctx &save, Ctx &load) { emu_switch_stack(&save.sp, load.sp); }
+static inline void switch_to(Ctx &save, Ctx &load, bool last) {
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_start_switch_fiber(last ? nullptr : &save.fake, load.bottom, load.size);
+#else
+    (void)last;
+#endif
+    emu_switch_stack(&save.sp, load.sp);
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(save.fake, nullptr, nullptr); // back on save's stack
+#endif
+}
 // A new stack that emu_switch_stack "returns" into fiber_entry from, 16-byte aligned as after
 // a call; six zeros for the registers it pops first.
 static inline void start(Fiber &f) {
+#ifdef __SANITIZE_ADDRESS__
+    /* a finished fiber left its frames' redzones poisoned: the stack is new again */
+    __asan_unpoison_memory_region(f.stack.data(), f.stack.size());
+#endif
     const uintptr_t top = ((uintptr_t)f.stack.data() + f.stack.size()) & ~(uintptr_t)15;
     void **at = (void **)(top - 16);
     at[1] = nullptr; // fiber_entry's own return address: it never returns
@@ -532,9 +557,12 @@ static inline void start(Fiber &f) {
     for (int r = 1; r <= 6; ++r)
         at[-r] = nullptr;
     f.ctx.sp = at - 6;
+    f.ctx.bottom = f.stack.data();
+    f.ctx.size = f.stack.size();
+    f.ctx.fake = nullptr;
 }
 #else
-static inline void switch_to(Ctx &save, Ctx &load) { swapcontext(&save.uc, &load.uc); }
+static inline void switch_to(Ctx &save, Ctx &load, bool) { swapcontext(&save.uc, &load.uc); }
 static inline void start(Fiber &f) {
     getcontext(&f.ctx.uc);
     f.ctx.uc.uc_stack.ss_sp = f.stack.data();
