@@ -32,15 +32,6 @@ struct cudaDeviceProp {
 
 namespace emu {
 static int g_device = 0;
-static long g_live_device_allocs = 0;
-
-// The registered allocation [p, p + n) lies in, or nullptr.
-static inline const GBuf *device_buffer(const void *p, size_t n) {
-    for (auto &b : g_bufs)
-        if ((const char *)p >= b.p && (const char *)p + n <= b.p + b.n)
-            return &b;
-    return nullptr;
-}
 } // namespace emu
 
 static inline cudaError_t cudaGetDeviceCount(int *n) {
@@ -77,7 +68,6 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
     if (!*p)
         return cudaErrorMemoryAllocation;
     emu::register_global(*p, n);
-    emu::g_live_device_allocs++;
     return cudaSuccess;
 }
 static inline cudaError_t cudaFree(void *p) {
@@ -86,7 +76,6 @@ static inline cudaError_t cudaFree(void *p) {
     for (size_t i = 0; i < emu::g_bufs.size(); ++i)
         if (emu::g_bufs[i].p == p) {
             emu::g_bufs.erase(emu::g_bufs.begin() + (long)i);
-            emu::g_live_device_allocs--;
             free(p);
             return cudaSuccess;
         }
@@ -99,7 +88,7 @@ static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) { return cudaFree
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                                           cudaStream_t) {
     const bool dst_dev = kind != cudaMemcpyDeviceToHost, src_dev = kind != cudaMemcpyHostToDevice;
-    if ((dst_dev && !emu::device_buffer(dst, n)) || (src_dev && !emu::device_buffer(src, n)))
+    if ((dst_dev && !emu::global_ok(dst, n)) || (src_dev && !emu::global_ok(src, n)))
         return cudaErrorInvalidValue;
     memmove(dst, src, n);
     return cudaSuccess;
