@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-// emu.h — the CUDA features cuda/fwd_mma.cu uses, emulated on the host so the tensor-core
-// kernel runs (slowly, exactly) on machines without a GPU (tests/cuda_emu/test_cuda_emu.cpp).
+// emu.h — the CUDA features the plug-in's kernels (cuda/fwd_mma.cu, cuda/fwd_simple.cu) use,
+// emulated on the host so they run (slowly, exactly) on machines without a GPU: test_cuda_emu.cpp
+// runs the tensor-core kernel, plugin_emu.cpp the whole plug-in (with emu_runtime.h).
 //
 // One CTA at a time; its threads run as fibers (Ctx below) in one OS thread. Warp-collective
 // operations (ldmatrix, mma.sync, shfl, any, syncwarp) gather all 32 lanes' operands, then the
@@ -10,7 +11,7 @@
 // write-after-read and write-after-write races between threads not separated by a barrier,
 // reads of bytes with a cp.async in flight, out-of-range and misaligned accesses, and counts
 // ldmatrix bank conflicts. cp.async checks its source (16-byte aligned, inside a registered
-// q/k/v buffer) and lands its data only at the issuing thread's wait_group 0 (committed groups
+// device buffer) and lands its data only at the issuing thread's wait_group 0 (committed copies
 // only), so a missing wait or barrier shows. The mma sums in fp64 and rounds once to fp32.
 #pragma once
 #include <math.h>
@@ -237,7 +238,7 @@ struct SmemPtr {
 struct CpOp {
     uint32_t dst;
     uint8_t data[16];
-    int group; // -1 = not yet committed
+    bool committed; // by cp.async.commit_group: the next wait_group 0 lands it
 };
 // A fiber's saved context. On x86-64 a switch saves the six callee-saved registers on the
 // fiber's own stack and swaps stack pointers (emu_switch_stack, below): swapcontext would make a
@@ -448,44 +449,38 @@ static inline COut collective(const CIn &x) {
     return W.out[l];
 }
 
-// ---- cp.async
-// ------------------------------------------------------------------------------------
+// ---- cp.async ------------------------------------------------------------------------------
 static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
     const int t = g_cur;
     if (!smem_range_ok(dst, 16, 16, "cp.async dst"))
         return;
     if ((uintptr_t)src % 16)
         EMU_ERR("cp.async: global src %p not 16-byte aligned", src);
-    if (!global_ok(src, 16))
+    const bool inside = global_ok(src, 16);
+    if (!inside)
         EMU_ERR("cp.async: global src %p (valid=%d) outside every buffer", src, (int)valid);
     smem_write_check(t, dst, 16, "cp.async");
     CpOp op;
     op.dst = dst;
-    op.group = -1;
-    if (valid && global_ok(src, 16))
+    op.committed = false;
+    if (valid && inside)
         memcpy(op.data, src, 16);
-    else
-        memset(op.data, 0, 16);
-    if (valid && !global_ok(src, 16))
-        memset(op.data, 0xff, 16);
+    else /* zero fill; a bad source lands as NaN */
+        memset(op.data, valid ? 0xff : 0, 16);
     for (uint32_t a = dst / 4; a < dst / 4 + 4; ++a)
         g_sh[a].pend = t;
     memset(&g_smem[dst], 0xff, 16); // poison until it lands
     g_fib[t].cp.push_back(op);
 }
-static int g_group_ctr[1024];
 static inline void cp_async_commit() {
-    const int t = g_cur;
-    const int gid = ++g_group_ctr[t];
-    for (auto &op : g_fib[t].cp)
-        if (op.group < 0)
-            op.group = gid;
+    for (auto &op : g_fib[g_cur].cp)
+        op.committed = true;
 }
 static inline void cp_async_wait_all() {
     const int t = g_cur;
     std::vector<CpOp> keep;
     for (auto &op : g_fib[t].cp) {
-        if (op.group < 0) { // uncommitted: not waited for by wait_group
+        if (!op.committed) { // not waited for by wait_group
             keep.push_back(op);
             continue;
         }
@@ -497,8 +492,7 @@ static inline void cp_async_wait_all() {
     g_fib[t].cp.swap(keep);
 }
 
-// ---- launch
-// ------------------------------------------------------------------------------------------
+// ---- fibers, launch --------------------------------------------------------------------------
 static std::vector<std::pair<const void *, int>> g_func_attr;
 
 // Every fiber starts here and ends by switching back to the scheduler for good.
@@ -585,7 +579,6 @@ static void run_block(unsigned bx, int nthreads, int smem_bytes) {
         g_wc[w].arrived = 0;
     }
     g_b_arrived = 0;
-    memset(g_group_ctr, 0, sizeof g_group_ctr);
     if ((int)g_fib.size() < nthreads)
         g_fib.resize(nthreads);
     g_alive = nthreads;
@@ -715,5 +708,4 @@ static inline float __fdividef(float a, float b) {
         return 0.0f * a; // 2^126 < |b| < 2^128
     return a / b;
 }
-static inline float emu_log2f(float x) { return log2f(x); }
-#define __log2f(x) emu_log2f(x)
+#define __log2f(x) log2f(x)
