@@ -1490,6 +1490,95 @@ static void group_determinism(void) {
     group_end("determinism (threads, num_splits)");
 }
 
+/* Random configurations of everything at once: sizes, GQA, head dims, append or not, per-batch
+ * lengths (a few past the split threshold), leftpad, cache_batch_idx, rotary, masks, softcap,
+ * ALiBi, the three ways to give lengths, paged caches of odd page sizes, layouts, thread counts
+ * and num_splits. Each run is checked against the fp64 reference. */
+static void group_random(void) {
+    group_begin();
+    fa_context *ctx[3] = {NULL, NULL, NULL};
+    for (int i = 1; i < 3; i++) { /* ctx[0]: the default context */
+        fa_context_options o;
+        fa_context_options_init(&o);
+        o.num_threads = i == 1 ? 1 : 3;
+        fa_status s = fa_context_create(&o, &ctx[i]);
+        CHECK_MSG(s == FA_OK, "fa_context_create: %s", fa_last_error_message());
+        if (s != FA_OK)
+            return;
+    }
+    static const int64_t dims[] = {1, 6, 16, 32, 40, 64, 80, 128, 256};
+    static const int pages[] = {0, 0, 0, 1, 2, 5, 16, 64};
+    for (int it = 0; it < 100; it++) {
+        const int64_t D = dims[tu_randint(0, 8)], Hk = tu_randint(1, 3);
+        const int64_t g = (int64_t[]){1, 2, 4}[tu_randint(0, 2)], B = tu_randint(1, 4);
+        const int64_t Sq = tu_randint(1, 5), S_new = tu_randint(0, 1) ? tu_randint(0, Sq + 1) : 0;
+        /* long caches (split decode) only for small heads, to keep the group fast */
+        const int64_t S_cache = S_new + (D <= 64 && tu_randint(0, 3) == 0 ? tu_randint(1025, 2200)
+                                                                          : tu_randint(1, 200));
+        kcfg c = kbase(k_dtypes[it % 3], B, Sq, Hk * g, Hk, D, S_new, S_cache);
+        c.new_given = S_new > 0 || tu_randint(0, 1);
+        krun r = krun_default();
+        r.page = pages[tu_randint(0, 7)];
+        const int mode = (int)tu_randint(0, 5);
+        c.seqlen_mode = mode == 4 ? SEQ_SCALAR : mode == 5 && !c.new_given ? SEQ_WHOLE : SEQ_TENSOR;
+        if (c.seqlen_mode == SEQ_WHOLE && r.page) /* -1 means every page of the table */
+            c.S_cache = (c.S_cache + r.page - 1) / r.page * r.page;
+        for (int64_t b = 0; b < B; b++)
+            c.seqlens[b] = (int32_t)tu_randint(0, c.S_cache - S_new);
+        const int64_t len0 = c.seqlen_mode == SEQ_WHOLE ? c.S_cache : c.seqlens[0];
+        if (!r.page) { /* leftpad and cache_batch_idx are for contiguous caches only */
+            c.use_leftpad = tu_randint(0, 2) == 0;
+            for (int64_t b = 0; b < B; b++) {
+                const int64_t len = c.seqlen_mode == SEQ_TENSOR ? c.seqlens[b] : len0;
+                c.leftpad[b] = (int32_t)tu_randint(0, len);
+            }
+            if (tu_randint(0, 2) == 0) { /* distinct rows of a larger cache */
+                c.use_bidx = 1;
+                c.rows = B + tu_randint(0, 3);
+                int32_t perm[MAXB + 3];
+                for (int64_t i = 0; i < c.rows; i++)
+                    perm[i] = (int32_t)i;
+                for (int64_t i = c.rows - 1; i > 0; i--) {
+                    const int64_t j = tu_randint(0, i);
+                    const int32_t t = perm[i];
+                    perm[i] = perm[j];
+                    perm[j] = t;
+                }
+                for (int64_t b = 0; b < B; b++)
+                    c.bidx[b] = perm[b];
+            }
+        }
+        if (c.new_given && tu_randint(0, 2) == 0) { /* rotary needs k_new */
+            c.rd = 2 * tu_randint(1, D / 2 > 0 ? D / 2 : 1);
+            if (c.rd > D)
+                c.rd = 0; /* D = 1: no pair to rotate */
+            c.interleaved = (int)tu_randint(0, 1);
+            c.ro_f32 = (int)tu_randint(0, 1);
+        }
+        c.causal = (int)tu_randint(0, 1);
+        if (tu_randint(0, 1)) {
+            c.wl = (int)tu_randint(-1, 300);
+            c.wr = (int)tu_randint(-1, 8);
+        }
+        c.softcap = tu_randint(0, 3) == 0 ? (float)(1.0 + 20.0 * tu_uniform()) : 0.0f;
+        c.alibi = (int)tu_randint(0, 2);
+        r.lc = (int)tu_randint(0, TU_NUM_LAYOUTS - 1);
+        r.lq = (int)tu_randint(0, TU_NUM_LAYOUTS - 1);
+        r.lnew = (int)tu_randint(0, TU_NUM_LAYOUTS - 1);
+        r.lo = (int)tu_randint(0, TU_NUM_LAYOUTS - 1);
+        r.llse = (int)tu_randint(0, 2);
+        r.no_lse = tu_randint(0, 4) == 0;
+        r.bt_garbage = (int)tu_randint(0, 1);
+        r.seqlens_strided = (int)tu_randint(0, 1);
+        r.ctx = ctx[tu_randint(0, 2)];
+        r.num_splits = (int)(int64_t[]){0, 0, 1, 3, 64}[tu_randint(0, 4)];
+        run1(&c, &r);
+    }
+    for (int i = 1; i < 3; i++)
+        fa_context_destroy(ctx[i]);
+    group_end("random combinations");
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Bad input
  * ------------------------------------------------------------------------------------------- */
@@ -1735,7 +1824,8 @@ static void group_errors(void) {
              recontig(&e.kv.v_cache));
         KERR(pg, "caches' head dim 9 (q 8)", FA_ERR_SHAPE, "k_cache", e.kv.k_cache.shape[3] = 9;
              recontig(&e.kv.k_cache); e.kv.v_cache.shape[3] = 9; recontig(&e.kv.v_cache));
-        KERR(pg, "k_cache on CUDA", FA_ERR_UNSUPPORTED, "k_cache", e.kv.k_cache.device = FA_DEVICE_CUDA);
+        KERR(pg, "k_cache on CUDA", FA_ERR_UNSUPPORTED, "k_cache",
+             e.kv.k_cache.device = FA_DEVICE_CUDA);
         KERR(pg, "k_cache negative stride", FA_ERR_STRIDE, "k_cache", e.kv.k_cache.stride[1] = -16);
         KERR(pg, "k_new shape[0] = 3 (B 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[0] = 3);
         KERR(pg, "k_new shape[2] = 1 (Hk 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[2] = 1);
@@ -1833,6 +1923,7 @@ int main(void) {
     group_split();
     group_decode();
     group_determinism();
+    group_random();
     group_errors();
     for (int t = 0; t < 3; t++) {
         const tu_errstats *s = &g_stats[t]; /* k_dtypes[t] == t */
