@@ -1403,7 +1403,9 @@ static void group_decode(void) {
     group_end("64-step decode loops");
 }
 
-/* Bitwise equal results with 1, 2, 3 threads and num_splits 0, 1, 7. */
+/* Bitwise equal results with 1, 2, 3 threads and num_splits 0, 1, 7. Variant 4's 28 chunks make
+ * split tasks of runs of 7, 3 and 2 chunks on 1, 2 and 3 threads, with a window that starts the
+ * band inside a chunk. */
 static void group_determinism(void) {
     group_begin();
     fa_context *ctx[3] = {NULL, NULL, NULL};
@@ -1417,7 +1419,7 @@ static void group_determinism(void) {
             return;
     }
     static const int splits[3] = {0, 1, 7};
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < 5; v++) {
         kcfg c;
         int page = 0;
         if (v == 0) { /* split decode-like: g·Sq = 8, long caches, append + rotary */
@@ -1438,6 +1440,12 @@ static void group_determinism(void) {
             c.seqlens[0] = 2400;
             c.seqlens[1] = 1300;
             page = 16;
+        } else if (v == 4) { /* long caches: runs of chunks, a window band */
+            c = kbase(FA_DTYPE_F16, 2, 1, 8, 2, 64, 1, 19200);
+            c.seqlens[0] = 19000;
+            c.seqlens[1] = 9000;
+            c.causal = 1;
+            c.wl = 15000;
         } else { /* leftpad + batch_idx, softcap */
             c = kbase(FA_DTYPE_F32, 2, 1, 4, 4, 32, 1, 2200);
             c.seqlens[0] = 2100;

@@ -14,10 +14,12 @@
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
  *
  * Split-KV (decode): a batch whose g·Sq rows are few (FA_SPLIT_ROWS) has too little work per
- * task to use the threads, so its keys are cut into fixed chunks of FA_CHUNK keys, one task
- * each for all KV heads (so the cache is read front to back), and each task leaves every
- * head's unnormalized (m, l, O) in a partial; a second pass merges the partials of each
- * (batch, KV head) in chunk order.
+ * task to use the threads, so its keys are cut into fixed chunks of FA_CHUNK keys, each
+ * computed for all KV heads (so the cache is read front to back) into a partial holding every
+ * head's unnormalized (m, l, O); a second pass merges the partials of each (batch, KV head) in
+ * chunk order. A task takes a run of consecutive chunks (how many depends on the thread count):
+ * inside a run the next chunk's first block is prefetched like any next block, where a task per
+ * chunk started each chunk on cold rows.
  *
  * Tasks never share outputs and neither the blocking nor the chunks depend on the thread count,
  * so results are bitwise identical for any number of threads.
@@ -34,7 +36,9 @@ enum {
     FA_ROWS = 252,      /* target rows (query heads x positions) per task: 28 x 9, 42 x 6 */
     FA_BR_MAX = 252,    /* most query positions per task */
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
-    FA_CHUNK = 1024     /* keys per split chunk, a multiple of FA_BC */
+    FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
+    FA_RUNS = 4,        /* split tasks per thread, at least (for balance), when runs are long */
+    FA_RUN_MAX = 8      /* most chunks per split task */
 };
 
 #define FA_LN2 0.69314718055994531
@@ -46,6 +50,7 @@ typedef struct fwd_plan {
     int64_t br;          /* query positions per task */
     int64_t *task_start; /* [B + 1]: first task of each batch */
     int64_t *split;      /* [B]: key chunks per (batch, KV head); 0 = not split */
+    int64_t run;         /* consecutive chunks per split task */
     int64_t *part_start; /* [B + 1]: first partial of each batch */
     float *partial;      /* per partial: m, l [FA_SPLIT_ROWS] then O [FA_SPLIT_ROWS, D] */
     float *scratch;      /* [threads][scratch_floats] */
@@ -129,9 +134,10 @@ enum { FA_QK_KEYS = 8, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
  * groups of heads whose scores fit in S. The products walk the keys in small groups, every head
  * of a group of keys before the next group, so the cache (BSHD: a token's heads side by side) is
  * read front to back, which the hardware prefetchers follow; on top of that, the qk products ask
- * for the V rows the pv products will need, and the pv products for the next block's K rows. */
-static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t j_hi,
-                         int masked) {
+ * for the V rows the pv products will need, and the pv products for the K rows of the next
+ * block, keys [jn, jn + nn) (nn = 0: none). */
+static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
+                         int64_t nn, int masked) {
     static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
@@ -139,12 +145,11 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t hg = (pl->g * pl->br) / R; /* heads whose S and alpha fit at once */
     const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
     const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
-    const int64_t nn = fa__next_block(j0, j_hi);
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, t->hk0, vrow);
-    if (nn > 0) fa__row_ptrs(&p->k, b, rk + j0 + FA_BC, nn, t->hk0, knext);
+    if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, t->hk0, knext);
     for (int64_t h0 = t->hk0; h0 < t->hk0 + t->nh; h0 += hg) {
         const int64_t h1 = h0 + hg < t->hk0 + t->nh ? h0 + hg : t->hk0 + t->nh;
         for (int64_t jg = 0; jg < n; jg += FA_QK_KEYS) { // S = Q Kᵀ, V asked for
@@ -183,8 +188,11 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
 
 /* The online softmax of the task's rows over keys [j_lo, j_hi): leaves m, l and the
  * unnormalized O of every head in the scratch. Blocks are the outer loop and heads the inner
- * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once. */
-static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi) {
+ * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once.
+ * Keys [j_hi, j_next) come next in the same task (a split run's next chunk; j_next = j_hi when
+ * none): decode prefetches the first of their blocks too. */
+static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi,
+                     int64_t j_next) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = p->D, b = t->b, i0 = t->i0, nr = t->nr, R = t->R;
@@ -215,7 +223,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         /* Only blocks that cross the band's edge for some row need the mask. */
         int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
         if (rows) {
-            decode_block(pl, t, j0, n, j_hi, masked);
+            const int64_t jn = j0 + n, end = jn < j_hi ? j_hi : j_next;
+            decode_block(pl, t, j0, n, jn, end - jn < FA_BC ? end - jn : FA_BC, masked);
             continue;
         }
         if (masked && n > FA_BC / 2) { /* the band's edge in halves: fewer rows see each */
@@ -312,21 +321,26 @@ static void fwd_task(void *arg, int64_t task, int worker) {
 
     /* The band of keys any row of this block can see; blocks outside it are never visited. */
     int64_t j_lo = fa__key_lo(p, t.i0, off), j_hi = fa__key_hi(p, t.i0 + t.nr - 1, off, sk);
-    if (nc) { /* this task's chunk of the band */
-        j_lo = j_lo > local * FA_CHUNK ? j_lo : local * FA_CHUNK;
-        j_hi = j_hi < (local + 1) * FA_CHUNK ? j_hi : (local + 1) * FA_CHUNK;
-    }
-    run_rows(pl, &t, j_lo, j_hi);
-
-    if (nc) { /* leave each head's (m, l, O) for the merge: partial (b, hk, chunk) */
-        for (int64_t hk = 0; hk < p->Hk; hk++) {
-            float *part = pl->partial + (size_t)(pl->part_start[b] + hk * nc + local) * partial_floats(D);
-            memcpy(part, t.m + hk * t.R, (size_t)t.R * sizeof(float));
-            memcpy(part + FA_SPLIT_ROWS, t.l + hk * t.R, (size_t)t.R * sizeof(float));
-            memcpy(part + 2 * FA_SPLIT_ROWS, t.O + hk * t.R * D, (size_t)(t.R * D) * sizeof(float));
+    if (nc) { /* this task's run of chunks: each leaves every head's (m, l, O) in its partial */
+        const int64_t c0 = local * pl->run, c1 = c0 + pl->run < nc ? c0 + pl->run : nc;
+        for (int64_t c = c0; c < c1; c++) {
+            const int64_t lo = j_lo > c * FA_CHUNK ? j_lo : c * FA_CHUNK;
+            const int64_t hi = j_hi < (c + 1) * FA_CHUNK ? j_hi : (c + 1) * FA_CHUNK;
+            int64_t next = hi; /* the next chunk's keys start at hi when it has any */
+            if (c + 1 < c1 && j_hi > hi) next = j_hi < hi + FA_CHUNK ? j_hi : hi + FA_CHUNK;
+            run_rows(pl, &t, lo, hi, next);
+            for (int64_t hk = 0; hk < p->Hk; hk++) {
+                const size_t at = (size_t)(pl->part_start[b] + hk * nc + c) * partial_floats(D);
+                float *part = pl->partial + at;
+                memcpy(part, t.m + hk * t.R, (size_t)t.R * sizeof(float));
+                memcpy(part + FA_SPLIT_ROWS, t.l + hk * t.R, (size_t)t.R * sizeof(float));
+                memcpy(part + 2 * FA_SPLIT_ROWS, t.O + hk * t.R * D,
+                       (size_t)(t.R * D) * sizeof(float));
+            }
         }
         return;
     }
+    run_rows(pl, &t, j_lo, j_hi, j_hi);
     for (int64_t r = 0; r < t.R; r++)
         write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
 }
@@ -386,15 +400,23 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     pl.split = pl.task_start + p->B + 1;
     pl.part_start = pl.split + p->B;
 
-    pl.task_start[0] = pl.part_start[0] = 0;
+    int64_t chunks = 0;
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
         const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > FA_CHUNK;
         pl.split[b] = split ? (sk + FA_CHUNK - 1) / FA_CHUNK : 0;
-        /* split: one task per chunk (all KV heads); else one per KV head and query block */
-        const int64_t tasks = split ? pl.split[b] : p->Hk * ((sq + pl.br - 1) / pl.br);
+        chunks += pl.split[b];
+    }
+    /* Runs of up to FA_RUN_MAX chunks, as long as every thread still gets FA_RUNS of them. */
+    pl.run = chunks / ((int64_t)nthreads * FA_RUNS);
+    pl.run = pl.run < 1 ? 1 : pl.run > FA_RUN_MAX ? FA_RUN_MAX : pl.run;
+    pl.task_start[0] = pl.part_start[0] = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t sq = fa__seqlen_q(p, b), nc = pl.split[b];
+        /* split: one task per run of chunks (all KV heads); else one per KV head and query block */
+        const int64_t tasks = nc ? (nc + pl.run - 1) / pl.run : p->Hk * ((sq + pl.br - 1) / pl.br);
         pl.task_start[b + 1] = pl.task_start[b] + tasks;
-        pl.part_start[b + 1] = pl.part_start[b] + (split ? p->Hk * pl.split[b] : 0);
+        pl.part_start[b + 1] = pl.part_start[b] + p->Hk * nc;
     }
     pl.partial = NULL;
     if (pl.part_start[p->B] > 0) {
