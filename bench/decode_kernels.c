@@ -5,8 +5,8 @@
  * cores' cost per key, without the memory's.
  *
  * Shape of the decode bench: 4 query rows per KV head (H = 32, Hk = 8), D = 128, blocks of 128
- * keys of 8 KV heads, BSHD rows (a key's heads side by side), 8 keys per qk call and the decode's
- * own pv group (8 keys for fp32 V, 32 for fp16/bf16). The rows' L keys (default 64: 64 x 8 heads,
+ * keys of 8 KV heads, BSHD rows (a key's heads side by side), and the decode's own keys per call
+ * (qk: 8 of fp32 K, 64 of fp16/bf16; pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys (default 64: 64 x 8 heads,
  * 256 KiB of fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel
  * set and dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and
  * KV head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
@@ -26,7 +26,7 @@
 #include "../src/cpu/cpu.h"
 #include "flashattn.h"
 
-enum { ROWS = 4, D = 128, HK = 8, BLOCK = 128, QK_KEYS = 8, REPS = 5 };
+enum { ROWS = 4, D = 128, HK = 8, BLOCK = 128, REPS = 5 };
 
 static double now(void) {
     struct timespec t;
@@ -39,7 +39,7 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                            const char *k, const char *v, const float *q, float *s, float *o) {
     static const float alpha[ROWS] = {1, 1, 1, 1};
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
-    const int pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
+    const int qkk = dtype == FA_DTYPE_F32 ? 8 : 64, pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
     const long passes = 200L * 1024 / L; /* about 200k keys per timing */
     const void *rows[BLOCK];
     double best = 1e300;
@@ -48,9 +48,9 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
         for (long pass = 0; pass < passes; pass++)
             for (int j0 = 0; j0 < L; j0 += BLOCK) {
                 const int n = L - j0 < BLOCK ? L - j0 : BLOCK;
-                for (int jg = 0; (which & 1) && jg < n; jg += QK_KEYS)
+                for (int jg = 0; (which & 1) && jg < n; jg += qkk)
                     for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [ROWS, c]
-                        const int c = n - jg < QK_KEYS ? n - jg : QK_KEYS;
+                        const int c = n - jg < qkk ? n - jg : qkk;
                         for (int j = 0; j < c; j++)
                             rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
                         kern->qk_rows(ROWS, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);

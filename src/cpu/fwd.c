@@ -125,10 +125,11 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
     }
 }
 
-/* Keys per decode product call. pv calls take 8 keys of fp32 V (reading the cache in small
- * groups, front to back, keeps fp32 decode at its best read rate) and 32 of fp16/bf16 V, whose
- * decode is bound by the cores: longer calls save the per-call accumulator loads and stores. */
-enum { FA_QK_KEYS = 8, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
+/* Keys per decode product call. Calls take 8 keys of fp32 K or V (reading the cache in small
+ * groups, front to back, keeps fp32 decode at its best read rate), and 64 (qk) or 32 (pv) of
+ * fp16/bf16 rows, whose decode is bound by the cores: longer calls save the per-call work (the
+ * row pointers and prefetch loops, pv's accumulator loads and stores). */
+enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in small groups, every head
@@ -145,6 +146,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t hg = (pl->g * pl->br) / R; /* heads whose S and alpha fit at once */
     const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
     const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
+    const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : FA_QK_KEYS_HALF;
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
@@ -152,10 +154,10 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, t->hk0, knext);
     for (int64_t h0 = t->hk0; h0 < t->hk0 + t->nh; h0 += hg) {
         const int64_t h1 = h0 + hg < t->hk0 + t->nh ? h0 + hg : t->hk0 + t->nh;
-        for (int64_t jg = 0; jg < n; jg += FA_QK_KEYS) { // S = Q Kᵀ, V asked for
-            const int c = (int)(n - jg < FA_QK_KEYS ? n - jg : FA_QK_KEYS);
+        for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ, V asked for
+            const int c = (int)(n - jg < qkk ? n - jg : qkk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *k[FA_QK_KEYS], *v[FA_QK_KEYS];
+                const void *k[FA_QK_KEYS_HALF], *v[FA_QK_KEYS_HALF];
                 for (int j = 0; j < c; j++) {
                     k[j] = (const char *)krow[jg + j] + (hk - t->hk0) * kstep;
                     v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
