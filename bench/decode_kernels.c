@@ -6,8 +6,9 @@
  *
  * Shape of the decode bench: 4 query rows per KV head (H = 32, Hk = 8), D = 128, blocks of 128
  * keys of 8 KV heads, BSHD rows (a key's heads side by side), and the decode's own keys per call
- * (qk: 8 of fp32 K, 64 of fp16/bf16; pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys (default 64: 64 x 8 heads,
- * 256 KiB of fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel
+ * (qk: 8 of fp32 K, 64 of fp16/bf16; pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys
+ * (default 64: 64 x 8 heads, 256 KiB of fp32 K and as much V) are reused every repetition, so
+ * they stay in L2. Per kernel
  * set and dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and
  * KV head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
  * and head over the time): the ceiling the cores put on decode.

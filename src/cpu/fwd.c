@@ -37,7 +37,7 @@ enum {
     FA_BR_MAX = 252,    /* most query positions per task */
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
     FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
-    FA_RUNS = 4,        /* split tasks per thread, at least (for balance), when runs are long */
+    FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
     FA_RUN_MAX = 8      /* most chunks per split task */
 };
 
@@ -132,9 +132,9 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
 enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
- * groups of heads whose scores fit in S. The products walk the keys in small groups, every head
- * of a group of keys before the next group, so the cache (BSHD: a token's heads side by side) is
- * read front to back, which the hardware prefetchers follow; on top of that, the qk products ask
+ * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
+ * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
+ * heads side by side) is read front to back a group at a time; on top of that, the qk products ask
  * for the V rows the pv products will need, and the pv products for the K rows of the next
  * block, keys [jn, jn + nn) (nn = 0: none). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
