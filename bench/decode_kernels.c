@@ -4,17 +4,17 @@
  * rows that sit in L2, so what `flashattn bench-decode` cannot separate is measured here: the
  * cores' cost per key, without the memory's.
  *
- * Shape of the decode bench: 4 query rows per KV head (H = 32, Hk = 8), D = 128, blocks of 128
- * keys of 8 KV heads, BSHD rows (a key's heads side by side), and the decode's own keys per call
- * (qk: 8 of fp32 K, 64 of fp16/bf16; pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys
- * (default 64: 64 x 8 heads, 256 KiB of fp32 K and as much V) are reused every repetition, so
- * they stay in L2. Per kernel
- * set and dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and
- * KV head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
+ * Shape of the decode bench: by default 4 query rows per KV head (H = 32, Hk = 8; the second
+ * argument sets it: 1 for MHA), D = 128, blocks of 128 keys of 8 KV heads, BSHD rows (a key's
+ * heads side by side), and the decode's own keys per call (qk: 8 of fp32 K, 64 of fp16/bf16;
+ * pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys (default 64: 64 x 8 heads, 256 KiB of
+ * fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel set and
+ * dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and KV
+ * head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
  * and head over the time): the ceiling the cores put on decode.
  *
  * Uses the library's internal kernel table, so it links the static library:
- *   cmake --build build --target bench_decode_kernels && build/bench_decode_kernels [L]
+ *   cmake --build build --target bench_decode_kernels && build/bench_decode_kernels [L] [rows]
  * FA_CPU_ISA picks the kernel set, as for the library.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -27,7 +27,9 @@
 #include "../src/cpu/cpu.h"
 #include "flashattn.h"
 
-enum { ROWS = 4, D = 128, HK = 8, BLOCK = 128, REPS = 5 };
+enum { MAX_ROWS = 16, D = 128, HK = 8, BLOCK = 128, REPS = 5 };
+
+static int g_rows = 4; /* query rows per KV head: H / Hk of the decode */
 
 static double now(void) {
     struct timespec t;
@@ -38,7 +40,7 @@ static double now(void) {
 /* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. */
 static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, int which,
                            const char *k, const char *v, const float *q, float *s, float *o) {
-    static const float alpha[ROWS] = {1, 1, 1, 1};
+    static const float alpha[MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
     const int qkk = dtype == FA_DTYPE_F32 ? 8 : 64, pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
     const long passes = 200L * 1024 / L; /* about 200k keys per timing */
@@ -50,18 +52,18 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
             for (int j0 = 0; j0 < L; j0 += BLOCK) {
                 const int n = L - j0 < BLOCK ? L - j0 : BLOCK;
                 for (int jg = 0; (which & 1) && jg < n; jg += qkk)
-                    for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [ROWS, c]
+                    for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [rows, c]
                         const int c = n - jg < qkk ? n - jg : qkk;
                         for (int j = 0; j < c; j++)
                             rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
-                        kern->qk_rows(ROWS, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
+                        kern->qk_rows(g_rows, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
                     }
                 for (int jg = 0; (which & 2) && jg < n; jg += pvk)
-                    for (int h = 0; h < HK; h++) { // O += P V: [ROWS, D]
+                    for (int h = 0; h < HK; h++) { // O += P V: [rows, D]
                         const int c = n - jg < pvk ? n - jg : pvk;
                         for (int j = 0; j < c; j++)
                             rows[j] = v + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
-                        kern->pv_rows(ROWS, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D, NULL);
+                        kern->pv_rows(g_rows, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D, NULL);
                     }
             }
         const double t = (now() - t0) / ((double)passes * L * HK);
@@ -72,8 +74,10 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
 
 int main(int argc, char **argv) {
     const int L = argc > 1 ? atoi(argv[1]) : 64;
-    if (L < 1 || L > (1 << 20)) {
-        fprintf(stderr, "usage: bench_decode_kernels [L keys, 1..1048576, default 64]\n");
+    g_rows = argc > 2 ? atoi(argv[2]) : 4;
+    if (L < 1 || L > (1 << 20) || g_rows < 1 || g_rows > MAX_ROWS) {
+        fprintf(stderr, "usage: bench_decode_kernels [L keys, 1..1048576, default 64] "
+                        "[query rows per KV head, 1..%d, default 4]\n", MAX_ROWS);
         return 2;
     }
     const fa__cpu_kernels *kern = fa__cpu_kernels_get();
@@ -83,8 +87,8 @@ int main(int argc, char **argv) {
     }
     const size_t bytes = (size_t)L * HK * D * 4;
     char *k = malloc(bytes), *v = malloc(bytes);
-    float *q = malloc(sizeof(float) * ROWS * D), *s = malloc(sizeof(float) * ROWS * BLOCK);
-    float *o = malloc(sizeof(float) * ROWS * D);
+    float *q = malloc(sizeof(float) * MAX_ROWS * D), *s = malloc(sizeof(float) * MAX_ROWS * BLOCK);
+    float *o = malloc(sizeof(float) * MAX_ROWS * D);
     if (!k || !v || !q || !s || !o) {
         fprintf(stderr, "bench_decode_kernels: out of memory\n");
         return 1;
@@ -93,11 +97,11 @@ int main(int argc, char **argv) {
         k[i] = (char)((i * 7) & 0x3f);
         v[i] = (char)((i * 13) & 0x3f);
     }
-    for (int i = 0; i < ROWS * D; i++) q[i] = 0.01f * (float)(i % 97), o[i] = 0.0f;
-    for (int i = 0; i < ROWS * BLOCK; i++) s[i] = 0.001f * (float)(i % 89);
+    for (int i = 0; i < MAX_ROWS * D; i++) q[i] = 0.01f * (float)(i % 97), o[i] = 0.0f;
+    for (int i = 0; i < MAX_ROWS * BLOCK; i++) s[i] = 0.001f * (float)(i % 89);
 
     printf("decode kernels \"%s\": %d query rows per KV head, D=%d, %d keys x %d KV heads in L2\n",
-           kern->name, ROWS, D, L, HK);
+           kern->name, g_rows, D, L, HK);
     printf("ns per key and KV head (best of %d); GB/s: K+V bytes per key and head over qk+pv\n", REPS);
     printf("%-5s %8s %8s %8s %12s\n", "dtype", "qk", "pv", "qk+pv", "GB/s/core");
     static const int32_t dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};

@@ -264,46 +264,59 @@ static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetc
             __builtin_prefetch((const char *)pf->rows[r] + at, 0, 2);
 }
 
-/* Tiles of 4 rows x 4 keys: 16 accumulators over d, then pairwise adds (FADDP) leave row ii's
- * 4 scores in one register. DT is a compile-time dtype in each caller. */
+/* One tile of TR rows x 4 keys (TR = 4, or 2 and 1 for the last rows, so a decode with one or two
+ * query rows per KV head computes only the rows it has): 4·TR accumulators over d, then pairwise
+ * adds (FADDP) leave row ii's 4 scores in one register. DT and TR are compile-time in each
+ * caller. Keys past n repeat key j0 and rows past m repeat row i0: computed, not stored. */
+static inline __attribute__((always_inline)) void
+qk_rows_tile(int TR, int m, int i0, int n, int j0, int d, const float *q, int64_t ldq,
+             const void *const *k, const int32_t DT, float *s, int64_t lds,
+             const fa__prefetch *pf) {
+    if (i0 == 0) /* pf's rows, 4 per 4 keys */
+        for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
+    float32x4_t acc[16]; /* acc[4 ii + jj]: row i0+ii, key j0+jj */
+    for (int t = 0; t < 4 * TR; t++) acc[t] = vdupq_n_f32(0.0f);
+    const void *kr[4];
+    const float *qr[4];
+    for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
+    for (int ii = 0; ii < TR; ii++) qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+    for (int c = 0; c < d; c += 8) {
+        float32x4_t klo[4], khi[4];
+        for (int jj = 0; jj < 4; jj++) load8(kr[jj], DT, c, d - c, &klo[jj], &khi[jj]);
+        for (int ii = 0; ii < TR; ii++) {
+            float32x4_t qlo, qhi;
+            load8(qr[ii], FA_DTYPE_F32, c, d - c, &qlo, &qhi);
+            for (int jj = 0; jj < 4; jj++)
+                acc[4 * ii + jj] =
+                    vfmaq_f32(vfmaq_f32(acc[4 * ii + jj], qlo, klo[jj]), qhi, khi[jj]);
+        }
+    }
+    for (int ii = 0; ii < TR && i0 + ii < m; ii++) {
+        const float32x4_t *a = acc + 4 * ii;
+        const float32x4_t sums = vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+        if (n - j0 >= 4) {
+            vst1q_f32(s + (i0 + ii) * lds + j0, sums);
+        } else {
+            float out[4];
+            vst1q_f32(out, sums);
+            for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[jj];
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q,
                                                              int64_t ldq, const void *const *k,
                                                              const int32_t DT, float *s,
                                                              int64_t lds, const fa__prefetch *pf) {
-    for (int i0 = 0; i0 < m; i0 += 4)
+    for (int i0 = 0; i0 < m;) {
+        const int TR = m - i0 >= 3 ? 4 : m - i0; /* TR compile-time in each tile below */
         for (int j0 = 0; j0 < n; j0 += 4) {
-            if (i0 == 0) /* pf's rows, 4 per 4 keys */
-                for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
-            float32x4_t acc[16]; /* acc[4 ii + jj]: row i0+ii, key j0+jj */
-            for (int t = 0; t < 16; t++) acc[t] = vdupq_n_f32(0.0f);
-            const void *kr[4];
-            const float *qr[4];
-            for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
-            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
-                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
-            for (int c = 0; c < d; c += 8) {
-                float32x4_t klo[4], khi[4];
-                for (int jj = 0; jj < 4; jj++) load8(kr[jj], DT, c, d - c, &klo[jj], &khi[jj]);
-                for (int ii = 0; ii < 4; ii++) {
-                    float32x4_t qlo, qhi;
-                    load8(qr[ii], FA_DTYPE_F32, c, d - c, &qlo, &qhi);
-                    for (int jj = 0; jj < 4; jj++)
-                        acc[4 * ii + jj] =
-                            vfmaq_f32(vfmaq_f32(acc[4 * ii + jj], qlo, klo[jj]), qhi, khi[jj]);
-                }
-            }
-            for (int ii = 0; ii < 4 && i0 + ii < m; ii++) {
-                const float32x4_t *a = acc + 4 * ii;
-                const float32x4_t sums = vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
-                if (n - j0 >= 4) {
-                    vst1q_f32(s + (i0 + ii) * lds + j0, sums);
-                } else {
-                    float out[4];
-                    vst1q_f32(out, sums);
-                    for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[jj];
-                }
-            }
+            if (TR == 4) qk_rows_tile(4, m, i0, n, j0, d, q, ldq, k, DT, s, lds, pf);
+            else if (TR == 2) qk_rows_tile(2, m, i0, n, j0, d, q, ldq, k, DT, s, lds, pf);
+            else qk_rows_tile(1, m, i0, n, j0, d, q, ldq, k, DT, s, lds, pf);
         }
+        i0 += TR;
+    }
 }
 
 static void qk_rows_neon(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
@@ -313,20 +326,20 @@ static void qk_rows_neon(int m, int n, int d, const float *q, int64_t ldq, const
     else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
 }
 
-/* Rows i0..i0+3 of O, columns [c, c + 16) (the last tile may be partial): 16 accumulators (4
- * rows x 4 registers) summed over the keys, then alpha O + sum. Rows past m repeat row i0's
- * probabilities and are not stored. */
-static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
-                                                               const float *p, int64_t ldp,
+/* Rows i0..i0+TR-1 of O (TR = 4, or 2 and 1 for the last rows), columns [c, c + 16) (the last
+ * tile may be partial): 4·TR accumulators (TR rows x 4 registers) summed over the keys, then
+ * alpha O + sum. Rows past m repeat row i0's probabilities and are not stored. */
+static inline __attribute__((always_inline)) void pv_rows_tile(int TR, int m, int i0, int n, int d,
+                                                               int c, const float *p, int64_t ldp,
                                                                const void *const *v,
                                                                const int32_t DT,
                                                                const float *alpha, float *o,
                                                                int64_t ldo, const fa__prefetch *pf) {
-    const int rows = m - i0 < 4 ? m - i0 : 4;
+    const int rows = m - i0 < TR ? m - i0 : TR;
     const float *pr[4];
     for (int ii = 0; ii < 4; ii++) pr[ii] = p + (i0 + (ii < rows ? ii : 0)) * ldp;
     float32x4_t acc[4][4]; /* acc[ii][w]: row i0+ii, columns c+4w .. c+4w+3 */
-    for (int ii = 0; ii < 4; ii++)
+    for (int ii = 0; ii < TR; ii++)
         for (int w = 0; w < 4; w++) acc[ii][w] = vdupq_n_f32(0.0f);
     for (int j = 0; j < n; j++) {
         prefetch_row(pf, j); /* the caller passes pf to the first tile only */
@@ -336,9 +349,11 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
         const float32x4_t pj = {pr[0][j], pr[1][j], pr[2][j], pr[3][j]};
         for (int w = 0; w < 4; w++) {
             acc[0][w] = vfmaq_laneq_f32(acc[0][w], vv[w], pj, 0);
-            acc[1][w] = vfmaq_laneq_f32(acc[1][w], vv[w], pj, 1);
-            acc[2][w] = vfmaq_laneq_f32(acc[2][w], vv[w], pj, 2);
-            acc[3][w] = vfmaq_laneq_f32(acc[3][w], vv[w], pj, 3);
+            if (TR > 1) acc[1][w] = vfmaq_laneq_f32(acc[1][w], vv[w], pj, 1);
+            if (TR > 2) {
+                acc[2][w] = vfmaq_laneq_f32(acc[2][w], vv[w], pj, 2);
+                acc[3][w] = vfmaq_laneq_f32(acc[3][w], vv[w], pj, 3);
+            }
         }
     }
     for (int ii = 0; ii < rows; ii++) {
@@ -360,9 +375,15 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
                                                              const int32_t DT, const float *alpha,
                                                              float *o, int64_t ldo,
                                                              const fa__prefetch *pf) {
-    for (int i0 = 0; i0 < m; i0 += 4)
-        for (int c = 0; c < d; c += 16, pf = NULL)
-            pv_rows_tile(m, i0, n, d, c, p, ldp, v, DT, alpha, o, ldo, pf);
+    for (int i0 = 0; i0 < m;) {
+        const int TR = m - i0 >= 3 ? 4 : m - i0; /* TR compile-time in each tile below */
+        for (int c = 0; c < d; c += 16, pf = NULL) {
+            if (TR == 4) pv_rows_tile(4, m, i0, n, d, c, p, ldp, v, DT, alpha, o, ldo, pf);
+            else if (TR == 2) pv_rows_tile(2, m, i0, n, d, c, p, ldp, v, DT, alpha, o, ldo, pf);
+            else pv_rows_tile(1, m, i0, n, d, c, p, ldp, v, DT, alpha, o, ldo, pf);
+        }
+        i0 += TR;
+    }
 }
 
 static void pv_rows_neon(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
