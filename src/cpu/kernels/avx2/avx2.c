@@ -202,18 +202,16 @@ static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d
  * accumulators, the same 8-way reduction (lane 4·ii + jj: row ii, key j0+jj). Kept apart from
  * the 4-row tiles, whose code stays as it was. Keys past n repeat key j0: computed, not stored. */
 static inline __attribute__((always_inline)) void
-qk_few_tile(int TR, int m, int i0, int n, int j0, int d, const float *q, int64_t ldq,
-             const void *const *k, const int32_t DT, float *s, int64_t lds,
-             const fa__prefetch *pf) {
+qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq, const void *const *k,
+            const int32_t DT, float *s, int64_t lds, const fa__prefetch *pf) {
     const int NK = 4;
-    if (i0 == 0) /* pf's rows, one per key of the tile */
-        for (int r = j0; r < j0 + NK; r++) prefetch_row(pf, r);
-    __m256 acc[8]; /* acc[NK ii + jj]: row i0+ii, key j0+jj */
+    for (int r = j0; r < j0 + NK; r++) prefetch_row(pf, r); /* pf's rows, one per key */
+    __m256 acc[8]; /* acc[NK ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
     const void *kr[4];
     const float *qr[4];
     for (int jj = 0; jj < NK; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
-    for (int ii = 0; ii < TR; ii++) qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+    for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
     for (int c = 0; c < d; c += 8) {
         __m256 kv[4];
         for (int jj = 0; jj < NK; jj++) kv[jj] = load8(kr[jj], DT, c, d - c);
@@ -225,9 +223,8 @@ qk_few_tile(int TR, int m, int i0, int n, int j0, int d, const float *q, int64_t
     }
     float out[8];
     _mm256_storeu_ps(out, sum8(acc));
-    for (int ii = 0; ii < TR && i0 + ii < m; ii++)
-        for (int jj = 0; jj < NK && j0 + jj < n; jj++)
-            s[(i0 + ii) * lds + j0 + jj] = out[NK * ii + jj];
+    for (int ii = 0; ii < TR; ii++)
+        for (int jj = 0; jj < NK && j0 + jj < n; jj++) s[ii * lds + j0 + jj] = out[NK * ii + jj];
 }
 
 /* qk_rows' last rows when m % 4 is 1 or 2, rows 0.. of q and s (callers offset them). */
@@ -236,14 +233,14 @@ static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const 
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
     for (int j0 = 0; j0 < n; j0 += 4) {
         if (dtype == FA_DTYPE_F32) {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
         } else if (dtype == FA_DTYPE_F16) {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
         } else {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
         }
     }
 }
@@ -320,20 +317,17 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
     }
 }
 
-/* Rows i0..i0+TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do
- * not pay for four), columns [c, c + 8·W) (W = 1, 2 or 4; the last chunk may be partial): TR·W
- * named accumulators summed over the keys, then alpha O + sum. */
-static inline __attribute__((always_inline)) void pv_rows_small(int TR, int i0, int n, int d,
-                                                                int c, const int W, const float *p,
-                                                                int64_t ldp, const void *const *v,
-                                                                const int32_t DT,
-                                                                const float *alpha, float *o,
-                                                                int64_t ldo,
-                                                                const fa__prefetch *pf) {
-    const float *p0 = p + i0 * ldp, *p1 = TR > 1 ? p0 + ldp : p0;
+/* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
+ * pay for four), columns [c, c + 8·W) (W = 1, 2 or 4; the last chunk may be partial): TR·W named
+ * accumulators summed over the keys, then alpha O + sum. */
+static inline __attribute__((always_inline)) void
+pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
+              const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
+              const fa__prefetch *pf) {
+    const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m256 z = _mm256_setzero_ps();
-    __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* row i0, chunk w */
-    __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* row i0 + 1 */
+    __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* row 0, chunk w */
+    __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* row 1 */
     for (int j = 0; j < n; j++) {
         prefetch_row(pf, j); /* the caller passes pf to the first tile only */
         const __m256 s0 = _mm256_broadcast_ss(p0 + j), s1 = _mm256_broadcast_ss(p1 + j);
@@ -355,8 +349,8 @@ static inline __attribute__((always_inline)) void pv_rows_small(int TR, int i0, 
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < TR; ii++) {
-            float *oi = o + (i0 + ii) * ldo + c + 8 * w;
-            const __m256 x = _mm256_fmadd_ps(_mm256_set1_ps(alpha[i0 + ii]),
+            float *oi = o + ii * ldo + c + 8 * w;
+            const __m256 x = _mm256_fmadd_ps(_mm256_set1_ps(alpha[ii]),
                                              load8(oi, FA_DTYPE_F32, 0, left), acc[ii][w]);
             if (left >= 8) _mm256_storeu_ps(oi, x);
             else _mm256_maskstore_ps(oi, lanes(left), x);
@@ -365,18 +359,14 @@ static inline __attribute__((always_inline)) void pv_rows_small(int TR, int i0, 
 }
 
 /* TR rows through pv_rows_small, W as wide as d allows. */
-static inline __attribute__((always_inline)) void pv_rows_last(int TR, int i0, int n, int d,
-                                                               const float *p, int64_t ldp,
-                                                               const void *const *v,
-                                                               const int32_t DT,
-                                                               const float *alpha, float *o,
-                                                               int64_t ldo,
-                                                               const fa__prefetch *pf) {
+static inline __attribute__((always_inline)) void
+pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp, const void *const *v,
+             const int32_t DT, const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf) {
     int c = 0;
     for (; d - c > 16; c += 32, pf = NULL)
-        pv_rows_small(TR, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
-    if (d - c > 8) pv_rows_small(TR, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 0) pv_rows_small(TR, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
+    if (d - c > 8) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
+    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
 }
 
 /* pv_rows' last rows when m % 4 is 1 or 2, rows 0.. of p, alpha and o (callers offset them). */
@@ -385,14 +375,14 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
     if (dtype == FA_DTYPE_F32) {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
     } else if (dtype == FA_DTYPE_F16) {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
     } else {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
     }
 }
 

@@ -221,19 +221,18 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
 /* The last one or two rows (TR) of qk_rows, which a decode with one or two query rows per KV
  * head (MHA, or 2 query heads per KV head) has alone: tiles of TR rows x 4 keys, 4·TR
  * accumulators, the same 16-way reduction (128-bit lane ii: row ii's 4 scores). Kept apart from
- * the 4-row tiles, whose code stays as it was. */
-FA_INLINE void qk_few_tile(int TR, int m, int i0, int n, int j0, int d, const float *q,
-                            int64_t ldq, const void *const *k, const int32_t DT, float *s,
-                            int64_t lds, const fa__prefetch *pf) {
+ * the 4-row tiles, whose code stays as it was. Keys past n repeat key j0: computed, not stored. */
+FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq,
+                           const void *const *k, const int32_t DT, float *s, int64_t lds,
+                           const fa__prefetch *pf) {
     const int dfull = d / 16 * 16;
-    if (i0 == 0) /* pf's rows, 4 per 4 keys */
-        for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
-    __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
+    for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r); /* pf's rows, 4 per 4 keys */
+    __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
     const void *kr[4];
     const float *qr[4];
     for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
-    for (int ii = 0; ii < TR; ii++) qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+    for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
     for (int c = 0; c < d; c += 16) {
         __m512 kv[4], qv[4];
         if (c < dfull) {
@@ -249,17 +248,14 @@ FA_INLINE void qk_few_tile(int TR, int m, int i0, int n, int j0, int d, const fl
                 acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
     }
     const __m512 sums = sum16(acc);
-    const int rows = m - i0 < TR ? m - i0 : TR;
     if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
-        _mm_storeu_ps(s + i0 * lds + j0, _mm512_castps512_ps128(sums));
-        if (rows > 1) _mm_storeu_ps(s + (i0 + 1) * lds + j0, _mm512_extractf32x4_ps(sums, 1));
-        if (rows > 2) _mm_storeu_ps(s + (i0 + 2) * lds + j0, _mm512_extractf32x4_ps(sums, 2));
-        if (rows > 3) _mm_storeu_ps(s + (i0 + 3) * lds + j0, _mm512_extractf32x4_ps(sums, 3));
+        _mm_storeu_ps(s + j0, _mm512_castps512_ps128(sums));
+        if (TR > 1) _mm_storeu_ps(s + lds + j0, _mm512_extractf32x4_ps(sums, 1));
     } else {
         float out[16];
         _mm512_storeu_ps(out, sums);
-        for (int ii = 0; ii < rows; ii++)
-            for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[4 * ii + jj];
+        for (int ii = 0; ii < TR; ii++)
+            for (int jj = 0; jj < n - j0; jj++) s[ii * lds + j0 + jj] = out[4 * ii + jj];
     }
 }
 
@@ -269,14 +265,14 @@ static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const 
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
     for (int j0 = 0; j0 < n; j0 += 4) {
         if (dtype == FA_DTYPE_F32) {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
         } else if (dtype == FA_DTYPE_F16) {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
         } else {
-            if (rows == 2) qk_few_tile(2, 2, 0, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
-            else qk_few_tile(1, 1, 0, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
         }
     }
 }
@@ -356,16 +352,16 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
     }
 }
 
-/* Rows i0..i0+TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do
- * not pay for four), columns [c, c + 16·W) (W = 1, 2, 4 or 8; the last chunk may be partial):
- * TR·W accumulators summed over the keys, then alpha O + sum. */
-FA_INLINE void pv_rows_small(int TR, int i0, int n, int d, int c, const int W, const float *p,
-                             int64_t ldp, const void *const *v, const int32_t DT,
-                             const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf) {
-    const float *p0 = p + i0 * ldp, *p1 = TR > 1 ? p0 + ldp : p0;
+/* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
+ * pay for four), columns [c, c + 16·W) (W = 1, 2, 4 or 8; the last chunk may be partial): TR·W
+ * accumulators summed over the keys, then alpha O + sum. */
+FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
+                             const void *const *v, const int32_t DT, const float *alpha, float *o,
+                             int64_t ldo, const fa__prefetch *pf) {
+    const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m512 z = _mm512_setzero_ps();
-    __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row i0, chunk w */
-    __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row i0 + 1 */
+    __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
+    __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
     for (int j = 0; j < n; j++) {
         prefetch_row(pf, j); /* the caller passes pf to the first tile only */
         const void *vj = v[j];
@@ -394,24 +390,24 @@ FA_INLINE void pv_rows_small(int TR, int i0, int n, int d, int c, const int W, c
     for (int w = 0; w < W; w++) {
         const __mmask16 kd = tail_mask(d - c - 16 * w);
         for (int ii = 0; ii < TR; ii++) {
-            float *oi = o + (i0 + ii) * ldo + c + 16 * w;
+            float *oi = o + ii * ldo + c + 16 * w;
             const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
-            _mm512_mask_storeu_ps(
-                oi, kd, _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[ii][w]));
+            _mm512_mask_storeu_ps(oi, kd,
+                                  _mm512_fmadd_ps(_mm512_set1_ps(alpha[ii]), prev, acc[ii][w]));
         }
     }
 }
 
 /* TR rows through pv_rows_small, W as wide as d allows. */
-FA_INLINE void pv_rows_last(int TR, int i0, int n, int d, const float *p, int64_t ldp,
+FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             const void *const *v, const int32_t DT, const float *alpha, float *o,
                             int64_t ldo, const fa__prefetch *pf) {
     int c = 0;
     for (; d - c > 64; c += 128, pf = NULL)
-        pv_rows_small(TR, i0, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, pf);
-    if (d - c > 32) pv_rows_small(TR, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 16) pv_rows_small(TR, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 0) pv_rows_small(TR, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        pv_rows_small(TR, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, pf);
+    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
+    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
+    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
 }
 
 /* pv_rows' last rows when m % 4 is 1 or 2, rows 0.. of p, alpha and o (callers offset them). */
@@ -420,14 +416,14 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
     if (dtype == FA_DTYPE_F32) {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
     } else if (dtype == FA_DTYPE_F16) {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
     } else {
-        if (rows == 2) pv_rows_last(2, 0, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
-        else pv_rows_last(1, 0, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
     }
 }
 
