@@ -227,22 +227,23 @@ qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq, const voi
         for (int jj = 0; jj < NK && j0 + jj < n; jj++) s[ii * lds + j0 + jj] = out[NK * ii + jj];
 }
 
+/* qk_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each loop. */
+static inline __attribute__((always_inline)) void
+qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq, const void *const *k,
+          const int32_t DT, float *s, int64_t lds, const fa__prefetch *pf) {
+    if (rows == 2)
+        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(2, n, j0, d, q, ldq, k, DT, s, lds, pf);
+    else
+        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(1, n, j0, d, q, ldq, k, DT, s, lds, pf);
+}
+
 /* qk_rows' last rows when m % 4 is 1 or 2, rows 0.. of q and s (callers offset them). */
 static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
                                                   int64_t ldq, const void *const *k, int32_t dtype,
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
-    for (int j0 = 0; j0 < n; j0 += 4) {
-        if (dtype == FA_DTYPE_F32) {
-            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-        } else if (dtype == FA_DTYPE_F16) {
-            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-        } else {
-            if (rows == 2) qk_few_tile(2, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
-            else qk_few_tile(1, n, j0, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
-        }
-    }
+    if (dtype == FA_DTYPE_F32) qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
+    else if (dtype == FA_DTYPE_F16) qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
+    else qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. */
@@ -369,21 +370,25 @@ pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp, const void *cons
     else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
 }
 
+/* pv_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each call. */
+static inline __attribute__((always_inline)) void
+pv_few_dt(int rows, int n, int d, const float *p, int64_t ldp, const void *const *v,
+          const int32_t DT, const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf) {
+    if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, DT, alpha, o, ldo, pf);
+    else pv_rows_last(1, n, d, p, ldp, v, DT, alpha, o, ldo, pf);
+}
+
 /* pv_rows' last rows when m % 4 is 1 or 2, rows 0.. of p, alpha and o (callers offset them). */
 static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const float *p,
                                                   int64_t ldp, const void *const *v, int32_t dtype,
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) {
-        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-    } else if (dtype == FA_DTYPE_F16) {
-        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-    } else {
-        if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
-        else pv_rows_last(1, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
-    }
+    if (dtype == FA_DTYPE_F32)
+        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
+    else if (dtype == FA_DTYPE_F16)
+        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
+    else
+        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. */
