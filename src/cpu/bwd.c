@@ -23,6 +23,10 @@
  * the same gradients and the choice, which depends on the thread count, never shows in results.
  * Both feed P and dS to dK and dV's products as transposed left operands: read in place by pv_t
  * where the kernel set has it, else transposed into scratch for pv.
+ * bf16 inputs on a CPU with a bf16 dot product run all five products on bf16 pairs: S and dPd
+ * from the inputs (exact products), dV, dK and dQ from Pd and dS rounded to bf16, as flash-attn
+ * and PyTorch round them. dK and dV read Pdᵀ and dSᵀ as pairs of query rows (r, r + 1), built
+ * from rows aligned to the query block; a row of a pair outside the tile's rows counts as 0.
  */
 #include "cpu.h"
 #include "tile.h"
@@ -50,17 +54,21 @@ typedef struct bwd_plan {
     int64_t *start[3];          /* per pass: [B + 1] first task of each batch */
     float *scratch;             /* [threads][scratch_floats] */
     size_t scratch_floats;
-    int bf16;                   /* bf16 inputs, bf16 dot product: S and dPd from bf16 pairs */
+    int bf16;                   /* bf16 inputs, bf16 dot product: every product on bf16 pairs */
     float *head;                /* fused only: [threads][head_floats] */
     size_t head_floats;
 } bwd_plan;
 
 /* Per-worker scratch, carved in a fixed order. */
 typedef struct bwd_scratch {
-    float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout */
+    float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout (plan bf16: unused) */
     uint32_t *Q2, *dO2; /* [Br, D/2] pairs: q (unscaled) and dout as bf16 (plan bf16 only) */
+    uint32_t *Qp, *dOp; /* plan bf16 only: [Br/2, D] pairs of rows (2t, 2t + 1) of Q2, dO2 */
+    uint32_t *PX, *dSX; /* plan bf16 only: [Br/2, Bc] pairs of rows of Pd, dS (as Qp) */
+    uint32_t *dS2;      /* plan bf16 only: [Br, Bc/2] dS as bf16 pairs along keys */
+    float *zeros;       /* plan bf16 only: [max(Bc, D)] a row outside the tile */
     float *P, *dS;      /* [Br, Bc] */
-    float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 */
+    float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 (plan bf16: unused) */
     float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc] (bf16: [D/2, Bc] pairs); pass 2 uses the first */
     float *K;           /* [Bc, D] (pass 2) */
     float *tmp;         /* [Bc, D]: rows on their way to a transpose */
@@ -71,16 +79,23 @@ typedef struct bwd_scratch {
     float *ones;        /* [FA_ONES] */
 } bwd_scratch;
 
-static size_t carve(bwd_scratch *s, float *base, int64_t D) {
+static size_t carve(bwd_scratch *s, float *base, int64_t D, int bf16) {
     const size_t rd = fa__round_up((size_t)FA_BR * D), cd = fa__round_up((size_t)FA_BC * D);
     const size_t rc = fa__round_up((size_t)FA_BR * FA_BC), r = fa__round_up(FA_BR);
     const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES), kcd = FA_KV_TASK * cd;
-    const size_t rd2 = fa__round_up((size_t)FA_BR * ((D + 1) / 2));
+    const size_t rdf = bf16 ? 0 : rd, rct = bf16 ? 0 : rc; /* fp32 rows and transposes */
+    const size_t rd2 = bf16 ? fa__round_up((size_t)FA_BR * ((D + 1) / 2)) : 0;
+    const size_t pd = bf16 ? fa__round_up((size_t)(FA_BR + 1) / 2 * D) : 0;
+    const size_t pc = bf16 ? fa__round_up((size_t)(FA_BR + 1) / 2 * FA_BC) : 0;
+    const size_t rc2 = bf16 ? fa__round_up((size_t)FA_BR * FA_BC / 2) : 0;
+    const size_t z = bf16 ? fa__round_up((size_t)(D > FA_BC ? D : FA_BC)) : 0;
     float *at = base;
 #define FA_TAKE(field, n) (s->field = (void *)at, at += (n))
-    FA_TAKE(Q, rd), FA_TAKE(dO, rd), FA_TAKE(Q2, rd2), FA_TAKE(dO2, rd2);
-    FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rc);
-    FA_TAKE(dST, rc), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
+    FA_TAKE(Q, rdf), FA_TAKE(dO, rdf), FA_TAKE(Q2, rd2), FA_TAKE(dO2, rd2);
+    FA_TAKE(Qp, pd), FA_TAKE(dOp, pd), FA_TAKE(PX, pc), FA_TAKE(dSX, pc), FA_TAKE(dS2, rc2);
+    FA_TAKE(zeros, z);
+    FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rct);
+    FA_TAKE(dST, rct), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
     FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
     FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m);
 #undef FA_TAKE
@@ -120,18 +135,30 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     for (int64_t r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
         const void *q = fa__elem(&p->q, b, rq + i, h), *dout = fa__elem(&p->dout, b, rq + i, h);
-        if (p->q.sd == 1) pl->kern->to_f32((int)D, q, p->q.dtype, pl->qscale, s->Q + r * D);
-        else fa__load_f32(s->Q + r * D, 1, q, p->q.dtype, D, p->q.sd, pl->qscale);
-        if (p->dout.sd == 1) pl->kern->to_f32((int)D, dout, p->dout.dtype, 1.0f, s->dO + r * D);
-        else fa__load_f32(s->dO + r * D, 1, dout, p->dout.dtype, D, p->dout.sd, 1.0f);
-        if (pl->bf16) {
+        if (pl->bf16) { /* every product takes bf16 pairs: no fp32 rows */
             const int64_t D2 = (D + 1) / 2;
             fa__copy_bf16_row((uint16_t *)(s->Q2 + r * D2), q, D, p->q.sd);
             fa__copy_bf16_row((uint16_t *)(s->dO2 + r * D2), dout, D, p->dout.sd);
+        } else {
+            if (p->q.sd == 1) pl->kern->to_f32((int)D, q, p->q.dtype, pl->qscale, s->Q + r * D);
+            else fa__load_f32(s->Q + r * D, 1, q, p->q.dtype, D, p->q.sd, pl->qscale);
+            if (p->dout.sd == 1) pl->kern->to_f32((int)D, dout, p->dout.dtype, 1.0f, s->dO + r * D);
+            else fa__load_f32(s->dO + r * D, 1, dout, p->dout.dtype, D, p->dout.sd, 1.0f);
         }
         const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
         s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
         s->dlt[r] = pl->delta[delta_index(p, b, h, i)];
+    }
+    if (!pl->bf16) return;
+    const int64_t D2 = (D + 1) / 2;
+    for (int64_t r = 0; r < nr; r += 2) { /* rows (r, r + 1) as pairs; a row past nr is 0 */
+        const uint16_t *zero = (const uint16_t *)s->zeros;
+        pl->kern->interleave_bf16((int)D, (const uint16_t *)(s->Q2 + r * D2),
+                                  r + 1 < nr ? (const uint16_t *)(s->Q2 + (r + 1) * D2) : zero,
+                                  s->Qp + r / 2 * D);
+        pl->kern->interleave_bf16((int)D, (const uint16_t *)(s->dO2 + r * D2),
+                                  r + 1 < nr ? (const uint16_t *)(s->dO2 + (r + 1) * D2) : zero,
+                                  s->dOp + r / 2 * D);
     }
 }
 
@@ -197,6 +224,23 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D, rows = hi - lo;
     if (rows == 0) return;
+    if (pl->bf16) { /* pairs of rows (r, r + 1) from an even r; rows outside [lo, hi) count as 0 */
+        const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2;
+        for (int64_t t = 0; t < pairs; t++) { // PX, dSX: [pairs, nb]
+            const int64_t r = r0 + 2 * t;
+            const float *p0 = r >= lo ? s->P + r * FA_BC : s->zeros;
+            const float *p1 = r + 1 < hi ? s->P + (r + 1) * FA_BC : s->zeros;
+            const float *d0 = r >= lo ? s->dS + r * FA_BC : s->zeros;
+            const float *d1 = r + 1 < hi ? s->dS + (r + 1) * FA_BC : s->zeros;
+            kern->pair_bf16((int)nb, p0, p1, s->PX + t * FA_BC);
+            kern->pair_bf16((int)nb, d0, d1, s->dSX + t * FA_BC);
+        }
+        kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->dSX, FA_BC, s->Qp + r0 / 2 * D, D, s->ones,
+                        dk, D);
+        kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->PX, FA_BC, s->dOp + r0 / 2 * D, D,
+                        s->ones, dv, D);
+        return;
+    }
     if (kern->pv_t) { /* P and dS as they are: the kernel reads them transposed */
         kern->pv_t((int)nb, (int)rows, (int)D, s->dS + lo * FA_BC, FA_BC, s->Q + lo * D, D,
                    s->ones, dk, D);
@@ -210,20 +254,34 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     kern->pv((int)nb, (int)rows, (int)D, s->PT, FA_BR, s->dO + lo * D, D, s->ones, dv, D);
 }
 
-/* dQ += dS K over the tile's rows [lo, hi); K: [n, D] (ld ldk), dq: [nr, D]. */
+/* dQ += dS K over the tile's rows [lo, hi); K: [n, D] (ld ldk; plan bf16: [n/2, D] pairs, ld
+ * D), dq: [nr, D]. */
 static void add_dq(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t n,
                    const float *K, int64_t ldk, float *dq) {
+    const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D;
-    if (hi > lo)
-        pl->kern->pv((int)(hi - lo), (int)n, (int)D, s->dS + lo * FA_BC, FA_BC, K, ldk, s->ones,
-                     dq + lo * D, D);
+    if (hi == lo) return;
+    if (pl->bf16) {
+        for (int64_t r = lo; r < hi; r++) // dS2: [rows, n/2]
+            kern->to_bf16((int)n, s->dS + r * FA_BC, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
+        kern->pv_bf16((int)(hi - lo), (int)(n + 1) / 2, (int)D, s->dS2 + lo * (FA_BC / 2),
+                      FA_BC / 2, (const uint32_t *)K, D, s->ones, dq + lo * D, D);
+        return;
+    }
+    kern->pv((int)(hi - lo), (int)n, (int)D, s->dS + lo * FA_BC, FA_BC, K, ldk, s->ones,
+             dq + lo * D, D);
 }
 
 /* K rows j0..j0+n of head hk as dS K's operand: in place for fp32 rows, else converted into
- * `rows` ([n, D]); *ld gets the row stride. */
+ * `rows` ([n, D]; plan bf16: [n/2, D] pairs); *ld gets the row stride. */
 static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t hk,
                            int64_t row0, int64_t n, float *rows, int64_t *ld) {
     const fa__problem *p = pl->p;
+    if (pl->bf16) {
+        *ld = p->D;
+        fa__pack_v_bf16(p, pl->kern, &p->k, b, row0, hk, n, (uint32_t *)rows);
+        return rows;
+    }
     if (fa__rows_in_place(&p->k, pl->kern)) {
         *ld = p->k.ss;
         return fa__elem(&p->k, b, row0, hk);
@@ -232,11 +290,16 @@ static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, 
     return fa__kv_block(p, pl->kern, &p->k, b, row0, hk, n, 0, rows, s->tmp);
 }
 
+/* Where key j of a block starts in k_rows's operand (row stride ldk). */
+static int64_t k_at(const bwd_plan *pl, int64_t j, int64_t ldk) {
+    return pl->bf16 ? j / 2 * ldk : j * ldk; /* bf16: pairs of rows; j is even but at the end */
+}
+
 static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, int64_t n,
                        const float *dk, const float *dv) {
     const fa__problem *p = pl->p;
     const int64_t D = p->D, rk = fa__row0_k(p, b);
-    const float dk_scale = p->scale / pl->qscale; /* Q was loaded times qscale */
+    const float dk_scale = pl->bf16 ? p->scale : p->scale / pl->qscale; /* fp32 Q: times qscale */
     for (int64_t j = 0; j < n; j++) {
         fa__store_f32(fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, dk + j * D, D, p->dk.sd,
                       dk_scale);
@@ -290,7 +353,7 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16);
 
     const int64_t b = fa__task_batch(pl->start[1], p->B, task), local = task - pl->start[1][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
@@ -338,7 +401,7 @@ static void dq_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16);
 
     const int64_t b = fa__task_batch(pl->start[2], p->B, task), local = task - pl->start[2][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
@@ -363,7 +426,7 @@ static void dq_task(void *arg, int64_t task, int worker) {
             np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
             int64_t lo, hi;
             tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &lo, &hi);
-            add_dq(pl, &s, lo, hi, np, K + (jp - j0) * ldk, ldk, s.acc1);
+            add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
         }
     }
     store_dq(pl, b, h, i0, nr, s.acc1);
@@ -407,7 +470,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16);
 
     const int64_t b = task / p->Hk, hk = task % p->Hk, D = p->D, rk = fa__row0_k(p, b);
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
@@ -423,7 +486,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * FA_BC, n = sk - j0 < FA_BC ? sk - j0 : FA_BC;
         pack_kv(pl, &s, Kt, Vt, kb, b, hk, rk + j0, n);
-        if (!k_in_place) k_rows(pl, &s, b, hk, rk + j0, n, krows + j0 * D, &ldk);
+        if (!k_in_place) k_rows(pl, &s, b, hk, rk + j0, n, krows + k_at(pl, j0, D), &ldk);
     }
     memset(dk, 0, (size_t)(sk * D) * sizeof(float)); // dK: [sk, D]
     memset(dv, 0, (size_t)(sk * D) * sizeof(float)); // dV: [sk, D]
@@ -439,7 +502,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
             for (int64_t j0 = j_begin; j0 < j_end; j0 += FA_BC) {
                 const int64_t n = sk - j0 < FA_BC ? sk - j0 : FA_BC, kb = j0 / FA_BC;
                 const float *K = k_in_place ? k_rows(pl, &s, b, hk, rk + j0, n, NULL, &ldk)
-                                            : krows + j0 * D; // K: [n, D]
+                                            : krows + k_at(pl, j0, D); // K: [n, D]
                 const int64_t nn = fa__next_block(j0, j_end);
                 if (nn > 0 && k_in_place) /* read from the input: ask ahead */
                     fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
@@ -455,7 +518,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
                     int64_t lo, hi;
                     tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &lo, &hi);
                     add_dkdv(pl, &s, lo, hi, np, dk + jp * D, dv + jp * D);
-                    add_dq(pl, &s, lo, hi, np, K + (jp - j0) * ldk, ldk, s.acc1);
+                    add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
                 }
             }
             store_dq(pl, b, h, i0, nr, s.acc1);
@@ -481,7 +544,7 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
 
     bwd_scratch probe;
-    pl.scratch_floats = carve(&probe, NULL, p->D);
+    pl.scratch_floats = carve(&probe, NULL, p->D, pl.bf16);
     const int nthreads = fa__context_threads(ctx);
     int64_t max_sk = 0; /* the head scratch is sized for the longest key sequence */
     for (int64_t b = 0; b < p->B; b++)
@@ -519,8 +582,9 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     }
     bwd_scratch s0;
     for (int w = 0; w < nthreads; w++) { /* the ones vector never changes */
-        carve(&s0, pl.scratch + (size_t)w * pl.scratch_floats, p->D);
+        carve(&s0, pl.scratch + (size_t)w * pl.scratch_floats, p->D, pl.bf16);
         for (int t = 0; t < FA_ONES; t++) s0.ones[t] = 1.0f;
+        if (pl.bf16) memset(s0.zeros, 0, (size_t)(p->D > FA_BC ? p->D : FA_BC) * sizeof(float));
     }
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.start[0][p->B], delta_task, &pl);

@@ -81,9 +81,14 @@ static void add_bf16(void) {
         with_bf16 = *chosen;
         with_bf16.qk_bf16 = fa__qk_bf16_avx512;
         with_bf16.pv_bf16 = fa__pv_bf16_avx512;
+        with_bf16.pv_bf16_t = fa__pv_bf16_t_avx512;
         with_bf16.to_bf16 = fa__to_bf16_avx512;
         with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
+        with_bf16.pair_bf16 = fa__pair_bf16_avx512;
         chosen = &with_bf16;
+        char note[sizeof choice_note];
+        snprintf(note, sizeof note, " + avx512_bf16%.100s", choice_note);
+        memcpy(choice_note, note, sizeof note);
     }
 #endif
 }

@@ -246,7 +246,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             int64_t ldv = D;
             if (bf16) {
                 fa__pack_k_bf16(p, kern, &p->k, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
-                fa__pack_v_bf16(p, kern, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
+                fa__pack_v_bf16(p, kern, &p->v, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
             } else {
                 fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
                 if (v_in_place) { /* fp32 rows are P V's operand as they are */

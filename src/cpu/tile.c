@@ -129,9 +129,8 @@ void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa
     kern->transpose((int)n, (int)D2, (const float *)tmp, D2, (float *)pack, FA_BC);
 }
 
-void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
-                     int64_t hk, int64_t n, uint32_t *pack) {
-    const fa__view *x = &p->v;
+void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
+                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack) {
     const int64_t D = p->D;
     for (int64_t j = 0; j < n; j += 2) {
         const uint16_t *r0 = fa__elem(x, b, row0 + j, hk);                          // r0: [D]

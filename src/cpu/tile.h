@@ -84,13 +84,14 @@ void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, i
  * pack_k_bf16: rows row0..row0+n of head hk of x (the keys; in the backward's dO Vᵀ, the
  *   values) as [ceil(D/2), n] pairs (ld FA_BC); tmp holds [n, ceil(D/2)] pairs on the way when
  *   the rows cannot be transposed in place.
- * pack_v_bf16: values row0..row0+n as [ceil(n/2), D] pairs (ld D), an odd tail padded with 0. */
+ * pack_v_bf16: rows row0..row0+n of head hk of x (the values; in the backward's dS K, the keys)
+ *   as [ceil(n/2), D] pairs (ld D), an odd tail padded with 0. */
 void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride);
 void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
                      int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack,
                      uint16_t *tmp);
-void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b, int64_t row0,
-                     int64_t hk, int64_t n, uint32_t *pack);
+void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
+                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack);
 
 /* Does some row of [i0, i0 + nr) see only part of keys [j0, j0 + n)? Then the block needs
  * the mask; otherwise every row sees every key of it. */

@@ -66,15 +66,21 @@ typedef struct fa__cpu_kernels {
      * the reduction dimension in 32-bit words (an odd tail padded with a bf16 zero):
      *   qk_bf16: S = scale · Q Kᵀ.  Q: [m, d2] pairs (ldq), K packed as [d2, n] pairs (ldk),
      *            S: [m, n] fp32 (lds).
-     *   pv_bf16: O = diag(alpha) O + P V.  P: [m, n2] pairs (ldp), V: [n2, d] pairs (ldv). */
+     *   pv_bf16: O = diag(alpha) O + P V.  P: [m, n2] pairs (ldp), V: [n2, d] pairs (ldv).
+     *   pv_bf16_t: pv_bf16 with P given as [n2, m] pairs (ldp): word (t, i) holds P[i, 2t] and
+     *            P[i, 2t + 1]. */
     void (*qk_bf16)(int m, int n, int d2, const uint32_t *q, int64_t ldq, const uint32_t *k,
                     int64_t ldk, float scale, float *s, int64_t lds);
     void (*pv_bf16)(int m, int n2, int d, const uint32_t *p, int64_t ldp, const uint32_t *v,
                     int64_t ldv, const float *alpha, float *o, int64_t ldo);
+    void (*pv_bf16_t)(int m, int n2, int d, const uint32_t *pt, int64_t ldp, const uint32_t *v,
+                      int64_t ldv, const float *alpha, float *o, int64_t ldo);
     /* y = bf16(x), round to nearest even; an odd n also writes y[n] = 0. */
     void (*to_bf16)(int n, const float *x, uint16_t *y);
     /* dst[t] = a[t] | b[t] << 16: two rows of bf16 as pairs (packs V for pv_bf16). */
     void (*interleave_bf16)(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst);
+    /* dst[t] = bf16(a[t]) | bf16(b[t]) << 16, rounded as to_bf16: two fp32 rows as pairs. */
+    void (*pair_bf16)(int n, const float *a, const float *b, uint32_t *dst);
 
     /* x[i] = 2^(x[i] - m) in place, returning the sum. x[i] = -INFINITY or m = +INFINITY gives
      * 0, never NaN; x[i] - m <= 0 is all the callers need. */
@@ -92,7 +98,10 @@ void fa__qk_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq, co
                         int64_t ldk, float scale, float *s, int64_t lds);
 void fa__pv_bf16_avx512(int m, int n2, int d, const uint32_t *p, int64_t ldp, const uint32_t *v,
                         int64_t ldv, const float *alpha, float *o, int64_t ldo);
+void fa__pv_bf16_t_avx512(int m, int n2, int d, const uint32_t *pt, int64_t ldp, const uint32_t *v,
+                          int64_t ldv, const float *alpha, float *o, int64_t ldo);
 void fa__to_bf16_avx512(int n, const float *x, uint16_t *y);
 void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst);
+void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst);
 
 #endif /* FA_CPU_KERNELS_H */

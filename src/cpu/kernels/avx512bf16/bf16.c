@@ -6,8 +6,11 @@
  * Operands hold bf16 pairs along the reduction dimension in 32-bit words ("VNNI" layout):
  *   qk: S[m, n] = scale · Q[m, d] K[n, d]ᵀ  with Q as [m, d2] pairs and K packed as [d2, n] pairs
  *   pv: O[m, d] = diag(alpha) O + P[m, n] V[n, d]  with P as [m, n2] pairs, V as [n2, d] pairs
- * (d2 = ceil(d / 2), n2 = ceil(n / 2), an odd tail padded with bf16 zero). The tiles are those
- * of avx512.c: MR rows x 32 columns in 2·MR zmm accumulators, one broadcast pair per row.
+ * (d2 = ceil(d / 2), n2 = ceil(n / 2), an odd tail padded with bf16 zero).
+ *   pv_t: the same with P given as [n2, m] pairs (the backward's Pᵀ and dSᵀ: pairs of query
+ *         rows, read in place from two rows interleaved).
+ * The tiles are those of avx512.c: MR rows x 32 columns in 2·MR zmm accumulators, one broadcast
+ * pair per row.
  */
 #include "../kernels.h"
 
@@ -20,12 +23,13 @@ static inline __mmask16 tail_mask(int left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
 }
 
-/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs. Inlined into
- * panel(), so whole panels run with constant masks: plain loads and stores. */
+/* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs; A's pair (i, t)
+ * is a[i * lda + t], or a[t * lda + i] when at (A transposed; a constant). Inlined into panel(),
+ * so whole panels run with constant masks: plain loads and stores. */
 #define FA_BF16_TILE(MR)                                                                           \
-    FA_INLINE void tile_##MR(int k, const uint32_t *a, int64_t lda, const uint32_t *b,             \
-                             int64_t ldb, const float *beta, float scale, float *c, int64_t ldc,   \
-                             __mmask16 m0, __mmask16 m1) {                                         \
+    FA_INLINE void tile_##MR(int k, const uint32_t *a, int64_t lda, const int at,                  \
+                             const uint32_t *b, int64_t ldb, const float *beta, float scale,       \
+                             float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {                  \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                  \
         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                    \
             acc[i][0] = _mm512_setzero_ps();                                                       \
@@ -36,7 +40,8 @@ static inline __mmask16 tail_mask(int left) {
             const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + t * ldb);               \
             const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + t * ldb + 16);          \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
-                const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i * lda + t]);              \
+                const uint32_t pair = at ? a[t * lda + i] : a[i * lda + t];                        \
+                const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)pair);                        \
                 acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);                                   \
                 acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);                                   \
             }                                                                                      \
@@ -61,15 +66,27 @@ FA_BF16_TILE(4)
 FA_BF16_TILE(2)
 FA_BF16_TILE(1)
 
-/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then the
- * last m % 9 rows as 8 + 4 + 2 + 1. */
-FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const uint32_t *b, int64_t ldb,
-                     const float *beta, float scale, float *c, int64_t ldc, __mmask16 m0,
-                     __mmask16 m1) {
+/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then 8 rows
+ * where m = 9a + 8b (every m >= 56: the backward's 128 and 64 keys run 8 x 9 + 7 x 8 and 8 x 8,
+ * not ending on a 2- or 1-row tile), else 9-row tiles and the last m % 9 rows as 8 + 4 + 2 + 1. */
+FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at, const uint32_t *b,
+                     int64_t ldb, const float *beta, float scale, float *c, int64_t ldc,
+                     __mmask16 m0, __mmask16 m1) {
     int i = 0;
 #define FA_BF16_RUN(MR)                                                                            \
-    tile_##MR(k2, a + i * lda, lda, b, ldb, beta ? beta + i : 0, scale, c + i * ldc, ldc, m0, m1); \
+    tile_##MR(k2, a + (at ? i : i * lda), lda, at, b, ldb, beta ? beta + i : 0, scale, c + i * ldc, \
+              ldc, m0, m1);                                                                        \
     i += MR
+    const int eights = m % 9 * 8 % 9; /* 8·eights = m (mod 9) */
+    if (8 * eights <= m) {
+        for (; i < m - 8 * eights; ) {
+            FA_BF16_RUN(9);
+        }
+        while (i < m) {
+            FA_BF16_RUN(8);
+        }
+        return;
+    }
     while (i + 9 <= m) {
         FA_BF16_RUN(9);
     }
@@ -88,25 +105,42 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const uint32
 #undef FA_BF16_RUN
 }
 
-static void gemm(int m, int n, int k2, const uint32_t *a, int64_t lda, const uint32_t *b,
-                 int64_t ldb, const float *beta, float scale, float *c, int64_t ldc) {
+FA_INLINE void gemm(int m, int n, int k2, const uint32_t *a, int64_t lda, const int at,
+                    const uint32_t *b, int64_t ldb, const float *beta, float scale, float *c,
+                    int64_t ldc) {
     for (int j0 = 0; j0 < n; j0 += 32) {
         if (n - j0 >= 32) /* whole panel: constant masks */
-            panel(m, k2, a, lda, b + j0, ldb, beta, scale, c + j0, ldc, 0xFFFF, 0xFFFF);
+            panel(m, k2, a, lda, at, b + j0, ldb, beta, scale, c + j0, ldc, 0xFFFF, 0xFFFF);
         else
-            panel(m, k2, a, lda, b + j0, ldb, beta, scale, c + j0, ldc, tail_mask(n - j0),
+            panel(m, k2, a, lda, at, b + j0, ldb, beta, scale, c + j0, ldc, tail_mask(n - j0),
                   tail_mask(n - j0 - 16));
     }
 }
 
+/* A as it is (qk, pv) or transposed (pv_t): one function each. */
+static void gemm_n(int m, int n, int k2, const uint32_t *a, int64_t lda, const uint32_t *b,
+                   int64_t ldb, const float *beta, float scale, float *c, int64_t ldc) {
+    gemm(m, n, k2, a, lda, 0, b, ldb, beta, scale, c, ldc);
+}
+
+static void gemm_t(int m, int n, int k2, const uint32_t *a, int64_t lda, const uint32_t *b,
+                   int64_t ldb, const float *beta, float *c, int64_t ldc) {
+    gemm(m, n, k2, a, lda, 1, b, ldb, beta, 1.0f, c, ldc);
+}
+
 void fa__qk_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq, const uint32_t *k,
                         int64_t ldk, float scale, float *s, int64_t lds) {
-    gemm(m, n, d2, q, ldq, k, ldk, 0, scale, s, lds);
+    gemm_n(m, n, d2, q, ldq, k, ldk, 0, scale, s, lds);
 }
 
 void fa__pv_bf16_avx512(int m, int n2, int d, const uint32_t *p, int64_t ldp, const uint32_t *v,
                         int64_t ldv, const float *alpha, float *o, int64_t ldo) {
-    gemm(m, d, n2, p, ldp, v, ldv, alpha, 1.0f, o, ldo);
+    gemm_n(m, d, n2, p, ldp, v, ldv, alpha, 1.0f, o, ldo);
+}
+
+void fa__pv_bf16_t_avx512(int m, int n2, int d, const uint32_t *pt, int64_t ldp, const uint32_t *v,
+                          int64_t ldv, const float *alpha, float *o, int64_t ldo) {
+    gemm_t(m, d, n2, pt, ldp, v, ldv, alpha, o, ldo);
 }
 
 /* fp32 -> bf16 with round to nearest even (vcvtneps2bf16); an odd n gets a zero pad. */
@@ -127,6 +161,16 @@ void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uin
         const __mmask16 k = tail_mask(n - t);
         const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a + t));
         const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, b + t));
+        _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst) {
+    for (int t = 0; t < n; t += 16) {
+        const __mmask16 k = tail_mask(n - t);
+        const __m256i ha = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, a + t));
+        const __m256i hb = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, b + t));
+        const __m512i lo = _mm512_cvtepu16_epi32(ha), hi = _mm512_cvtepu16_epi32(hb);
         _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
 }
