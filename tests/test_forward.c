@@ -1010,6 +1010,89 @@ static void group_random(void) {
     group_line("random combinations", n, failed);
 }
 
+/* fp16/bf16 outputs are rounded to nearest even. With q = 0 every score is 0, so out is the plain
+ * mean of v's rows, which fp32 computes exactly here (the sums need at most 11 + 11 bits): column
+ * d holds base_d in every row, plus one
+ * ulp of the dtype in ones_d of the Sk rows, so out = base_d + (ones_d / Sk) ulp, a value the
+ * store must round (0.5 ulp: the tie goes to the even neighbour). Columns cover fractions of
+ * 0 to Sk - 1 ulps / Sk, signs, binades and (fp16) subnormals; D = 37 leaves a SIMD tail. Run
+ * through fa_forward (Sq = 3) and fa_forward_kvcache (one query: decode, and with Sk = 2048 the
+ * split path whose merge writes the rows). */
+static int rounding_case(int dtype, int64_t Sk, int kvcache) {
+    const int64_t H = 2, Hk = 1, D = 37, Sq = kvcache ? 1 : 3;
+    const int p = dtype == FA_DTYPE_F16 ? 11 : 8;
+    const size_t es = tu_dtype_size(dtype);
+    double base[37], ulp[37], want[37];
+    int64_t ones[37];
+    for (int64_t d = 0; d < D; d++) {
+        const int e = (int)tu_randint(-3, 3);
+        const double sign = tu_randint(0, 1) ? -1.0 : 1.0;
+        base[d] = sign * ldexp(1.0 + (double)tu_randint(0, 7) / 16.0, e);
+        ulp[d] = ldexp(1.0, e - (p - 1));
+        if (dtype == FA_DTYPE_F16 && d == 5) { /* a subnormal column: spacing 2^-24 */
+            base[d] = 3 * 0x1.0p-24;
+            ulp[d] = 0x1.0p-24;
+        }
+        ones[d] = d < 4 ? d * Sk / 4 : tu_randint(0, Sk - 1); /* 0, 1/4, 1/2, 3/4, random */
+        want[d] = tu_round_fn(dtype)(base[d] + (double)ones[d] / (double)Sk * ulp[d]);
+    }
+    void *q = calloc((size_t)(Sq * H * D), es), *k = calloc((size_t)(Sk * Hk * D), es);
+    void *v = malloc((size_t)(Sk * Hk * D) * es), *out = malloc((size_t)(Sq * H * D) * es);
+    if (!q || !k || !v || !out)
+        abort();
+    for (int64_t j = 0; j < Sk; j++) /* the first ones_d rows of column d get the extra ulp */
+        for (int64_t d = 0; d < D; d++)
+            tu_store(v, dtype, j * D + d, base[d] + (j < ones[d] ? ulp[d] : 0.0));
+    memset(out, 0xFF, (size_t)(Sq * H * D) * es);
+    const int64_t sq[4] = {1, Sq, H, D}, sk[4] = {1, Sk, Hk, D};
+    fa_tensor tq = fa_tensor_contiguous(q, dtype, 4, sq), tout = fa_tensor_contiguous(out, dtype, 4, sq);
+    fa_tensor tk = fa_tensor_contiguous(k, dtype, 4, sk), tv = fa_tensor_contiguous(v, dtype, 4, sk);
+    fa_status st;
+    if (kvcache) {
+        fa_kvcache kv;
+        fa_kvcache_init(&kv);
+        kv.k_cache = tk;
+        kv.v_cache = tv;
+        st = fa_forward_kvcache(NULL, NULL, &tq, &kv, &tout, NULL);
+    } else {
+        st = fa_forward(NULL, NULL, &tq, &tk, &tv, &tout, NULL);
+    }
+    CHECK_MSG(st == FA_OK, "%s: %s", fa_status_name(st), fa_last_error_message());
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < Sq * H * D; i++)
+        if (!(tu_load(out, dtype, i) == want[i % D]) && bad++ == 0)
+            first = i;
+    if (bad) {
+        const int64_t d = first % D;
+        CHECK_MSG(0, "%lld elements not rounded to nearest even; first d=%lld: %.9g, want %.9g "
+                  "(base %.9g + %lld/%lld ulp)", (long long)bad, (long long)d,
+                  tu_load(out, dtype, first), want[d], base[d], (long long)ones[d], (long long)Sk);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    return bad == 0 && st == FA_OK;
+}
+
+static void group_rounding(void) {
+    long n = 0, failed = 0;
+    static const struct {
+        int64_t Sk;
+        int kvcache;
+        const char *path;
+    } runs[] = {{4, 0, "forward"}, {4, 1, "decode"}, {2048, 1, "split decode"}};
+    for (int t = 1; t < 3; t++) /* fp16, bf16 */
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            CASE_BEGIN("rounding %s %s Sk=%lld", tu_dtype_name(k_dtypes[t]), runs[r].path,
+                       (long long)runs[r].Sk);
+            failed += !rounding_case(k_dtypes[t], runs[r].Sk, runs[r].kvcache);
+            n++;
+            CASE_END();
+        }
+    group_line("output rounding", n, failed);
+}
+
 int main(void) {
     tu_seed_init("test_forward");
     printf("library %s; %s\n", fa_version_string(), fa_build_info());
@@ -1022,6 +1105,7 @@ int main(void) {
     group_dropout();
     group_dropout_mask();
     group_random();
+    group_rounding();
     for (int t = 0; t < 3; t++) {
         const tu_errstats *s = &g_stats[k_dtypes[t]];
         if (k_dtypes[t] == FA_DTYPE_F32)

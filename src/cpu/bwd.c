@@ -301,10 +301,10 @@ static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, in
     const int64_t D = p->D, rk = fa__row0_k(p, b);
     const float dk_scale = pl->bf16 ? p->scale : p->scale / pl->qscale; /* fp32 Q: times qscale */
     for (int64_t j = 0; j < n; j++) {
-        fa__store_f32(fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, dk + j * D, D, p->dk.sd,
-                      dk_scale);
-        fa__store_f32(fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, dv + j * D, D, p->dv.sd,
-                      1.0f);
+        fa__store_f32(pl->kern, fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, dk + j * D, D,
+                      p->dk.sd, dk_scale);
+        fa__store_f32(pl->kern, fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, dv + j * D, D,
+                      p->dv.sd, 1.0f);
     }
 }
 
@@ -313,8 +313,8 @@ static void store_dq(const bwd_plan *pl, int64_t b, int64_t h, int64_t i0, int64
     const fa__problem *p = pl->p;
     const int64_t D = p->D, rq = fa__row0_q(p, b);
     for (int64_t r = 0; r < nr; r++)
-        fa__store_f32(fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, dq + r * D, D, p->dq.sd,
-                      p->scale);
+        fa__store_f32(pl->kern, fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, dq + r * D, D,
+                      p->dq.sd, p->scale);
 }
 
 /* Asks for the query block after i0 (or the next query head's first, i_begin) of head h. */

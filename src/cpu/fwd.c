@@ -295,7 +295,8 @@ static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const
     const fa__problem *p = pl->p;
     const int64_t rq = fa__row0_q(p, b);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    fa__store_f32(fa__elem(&p->out, b, rq + i, h), p->out.dtype, o, p->D, p->out.sd, inv);
+    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, o, p->D, p->out.sd,
+                  inv);
     if (p->lse) {
         const double lse = l > 0.0f ? ((double)m + log2((double)l)) * FA_LN2 : -INFINITY;
         p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;

@@ -25,6 +25,7 @@ static void rotate(const fa__rotary *ro, int64_t pos, float *x, float *cs) {
 }
 
 void fa__cpu_kvcache_append(const fa__kvappend *a) {
+    const fa__cpu_kernels *kern = fa__cpu_kernels_get();
     const int64_t D = a->D;
     float row[512]; /* D <= 256, then the rotary table row (rd <= D) */
     for (int64_t b = 0; b < a->B; b++)
@@ -34,11 +35,11 @@ void fa__cpu_kvcache_append(const fa__kvappend *a) {
                 fa__load_f32(row, 1, fa__elem(&a->k_new, b, i, h), a->k_new.dtype, D,
                              a->k_new.sd, 1.0f);
                 if (a->rotary.cos) rotate(&a->rotary, pos, row, row + 256);
-                fa__store_f32(fa__elem(&a->k_cache, b, pos, h), a->k_cache.dtype, row, D,
+                fa__store_f32(kern, fa__elem(&a->k_cache, b, pos, h), a->k_cache.dtype, row, D,
                               a->k_cache.sd, 1.0f);
                 fa__load_f32(row, 1, fa__elem(&a->v_new, b, i, h), a->v_new.dtype, D,
                              a->v_new.sd, 1.0f);
-                fa__store_f32(fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row, D,
+                fa__store_f32(kern, fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row, D,
                               a->v_cache.sd, 1.0f);
             }
         }

@@ -39,11 +39,10 @@ void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_
     }
 }
 
-void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_t stride,
-                   float scale) {
-    if (dtype == FA_DTYPE_F32 && stride == 1) { /* the common case, vectorized */
-        float *d = dst;
-        for (int64_t t = 0; t < n; t++) d[t] = src[t] * scale;
+void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const float *src,
+                   int64_t n, int64_t stride, float scale) {
+    if (stride == 1) { /* the common case */
+        kern->from_f32((int)n, src, scale, dtype, dst);
     } else if (dtype == FA_DTYPE_F32) {
         float *d = dst;
         for (int64_t t = 0; t < n; t++) d[t * stride] = src[t] * scale;

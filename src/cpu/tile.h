@@ -42,9 +42,10 @@ void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h);
 void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
                   int64_t stride, float scale);
 
-/* n fp32 values times `scale` into elements of any dtype with stride `stride`. */
-void fa__store_f32(void *dst, int32_t dtype, const float *src, int64_t n, int64_t stride,
-                   float scale);
+/* n fp32 values times `scale` into elements of any dtype with stride `stride` (contiguous ones
+ * through kern->from_f32). */
+void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const float *src,
+                   int64_t n, int64_t stride, float scale);
 
 /* Writes zeros to rows [begin, end) of every head of a varlen view (sb = 0) with H heads. */
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);

@@ -42,6 +42,9 @@ typedef struct fa__cpu_kernels {
 
     /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
     void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
+    /* The way back: dst[t] = dtype(scale · src[t]) for n contiguous elements of dtype f32, f16
+     * or bf16, rounded to nearest even as convert.h rounds (NaN payloads may differ). */
+    void (*from_f32)(int n, const float *src, float scale, int32_t dtype, void *dst);
 
     /* Decode products on K/V rows read in place (no packing), for m <= 16 query rows; NULL
      * where a set has none (the packed products above serve then). Rows are given by pointers

@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* Lane mask for the first `left` (clamped to 0..8) lanes of a ymm. */
 static inline __m256i lanes(int left) {
@@ -145,6 +146,48 @@ static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, floa
         const __m256 x = _mm256_mul_ps(s, load8(src, dtype, t, n - t));
         if (n - t >= 8) _mm256_storeu_ps(dst + t, x);
         else _mm256_maskstore_ps(dst + t, lanes(n - t), x);
+    }
+}
+
+/* bf16 of 8 fp32 lanes, round to nearest even on the bits (as convert.h); NaN stays quiet. */
+static inline __m128i bf16_8(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    const __m256i r =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    /* |u| > inf as signed 32-bit compares: both sides are below 2^31 */
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    /* 8 x 32 -> 8 x 16: every value fits, so the saturating pack is exact */
+    const __m256i packed = _mm256_packus_epi32(q, q); /* [0..3 0..3 | 4..7 4..7] */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+/* The way back: F16C for fp16, bf16_8 for bf16; tails through an 8-lane buffer, so nothing
+ * past dst[n) is written. */
+static void from_f32_avx2(int n, const float *src, float scale, int32_t dtype, void *dst) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (int t = 0; t < n; t += 8) {
+        const int left = n - t;
+        const __m256 x = _mm256_mul_ps(
+            s, left >= 8 ? _mm256_loadu_ps(src + t) : _mm256_maskload_ps(src + t, lanes(left)));
+        if (dtype == FA_DTYPE_F32) {
+            if (left >= 8) _mm256_storeu_ps((float *)dst + t, x);
+            else _mm256_maskstore_ps((float *)dst + t, lanes(left), x);
+            continue;
+        }
+        const __m128i h = dtype == FA_DTYPE_F16
+                              ? _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                              : bf16_8(x);
+        uint16_t *d = (uint16_t *)dst + t;
+        if (left >= 8) {
+            _mm_storeu_si128((__m128i *)d, h);
+        } else {
+            uint16_t part[8];
+            _mm_storeu_si128((__m128i *)part, h);
+            memcpy(d, part, (size_t)left * sizeof *d);
+        }
     }
 }
 
@@ -519,6 +562,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .qk_rows = qk_rows_avx2,
     .pv_rows = pv_rows_avx2,
     .to_f32 = to_f32_avx2,
+    .from_f32 = from_f32_avx2,
     .transpose = transpose_avx2,
     .row_max = row_max_avx2,
     .exp2_sum = exp2_sum_avx2,

@@ -17,6 +17,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 /* Kernel pieces always inlined, so their callers' compile-time arguments (dtype, masks) fold. */
 #define FA_INLINE static inline __attribute__((always_inline))
@@ -146,6 +147,45 @@ static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, fl
     const __m512 s = _mm512_set1_ps(scale);
     for (int t = 0; t < n; t += 16)
         _mm512_mask_storeu_ps(dst + t, tail_mask(n - t), _mm512_mul_ps(s, load16(src, dtype, t, n - t)));
+}
+
+/* bf16 of 16 fp32 lanes, round to nearest even on the bits (exact for subnormals, which
+ * vcvtneps2bf16 would flush); NaN stays a quiet NaN. */
+static inline __m256i bf16_16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
+    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* vcvtps2ph for fp16, bf16_16 for bf16; the last n % 16 fp16/bf16 elements through a 16-lane
+ * buffer, so nothing past dst[n) is written. */
+static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype, void *dst) {
+    const __m512 s = _mm512_set1_ps(scale);
+    if (dtype == FA_DTYPE_F32) {
+        for (int t = 0; t < n; t += 16) {
+            const __mmask16 k = tail_mask(n - t);
+            _mm512_mask_storeu_ps((float *)dst + t, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, src + t)));
+        }
+        return;
+    }
+    uint16_t *d = dst;
+    for (int t = 0; t < n; t += 16) {
+        const __m512 x = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(tail_mask(n - t), src + t));
+        const __m256i h = dtype == FA_DTYPE_F16
+                              ? _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                              : bf16_16(x);
+        if (n - t >= 16) {
+            _mm256_storeu_si256((__m256i *)(d + t), h);
+        } else {
+            uint16_t part[16];
+            _mm256_storeu_si256((__m256i *)part, h);
+            memcpy(d + t, part, (size_t)(n - t) * sizeof *d);
+        }
+    }
 }
 
 /* The 16 sums of v[0..16): lane k of the result is the sum of v[k]'s lanes. */
@@ -526,6 +566,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .pv = pv_avx512,
     .pv_t = pv_t_avx512,
     .to_f32 = to_f32_avx512,
+    .from_f32 = from_f32_avx512,
     .qk_rows = qk_rows_avx512,
     .pv_rows = pv_rows_avx512,
     .transpose = transpose_avx512,

@@ -182,6 +182,37 @@ static void pv_neon(int m, int n, int d, const float *p, int64_t ldp, const floa
     gemm(m, d, n, p, ldp, 0, v, ldv, 1, alpha, o, ldo);
 }
 
+/* bf16 of 4 fp32 lanes, round to nearest even on the bits (as convert.h); NaN stays quiet. */
+static inline uint16x4_t bf16_4(float32x4_t x) {
+    const uint32x4_t u = vreinterpretq_u32_f32(x), hi = vshrq_n_u32(u, 16);
+    const uint32x4_t lsb = vandq_u32(hi, vdupq_n_u32(1));
+    const uint32x4_t r = vshrq_n_u32(vaddq_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7fff))), 16);
+    const uint32x4_t nan =
+        vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+    return vmovn_u32(vbslq_u32(nan, vorrq_u32(hi, vdupq_n_u32(0x40)), r));
+}
+
+/* The way back from to_f32: FCVTN for fp16 (round to nearest even under the default FPCR),
+ * bf16_4 for bf16; the last n % 4 elements through 4-lane buffers. */
+static void from_f32_neon(int n, const float *src, float scale, int32_t dtype, void *dst) {
+    for (int t = 0; t < n; t += 4) {
+        const int left = n - t;
+        float in[4] = {0}, out[4];
+        for (int i = 0; left < 4 && i < left; i++) in[i] = src[t + i];
+        const float32x4_t x = vmulq_n_f32(vld1q_f32(left >= 4 ? src + t : in), scale);
+        if (dtype == FA_DTYPE_F32) {
+            vst1q_f32(left >= 4 ? (float *)dst + t : out, x);
+            for (int i = 0; left < 4 && i < left; i++) ((float *)dst)[t + i] = out[i];
+            continue;
+        }
+        const uint16x4_t h =
+            dtype == FA_DTYPE_F16 ? vreinterpret_u16_f16(vcvt_f16_f32(x)) : bf16_4(x);
+        uint16_t part[4];
+        vst1_u16(left >= 4 ? (uint16_t *)dst + t : part, h);
+        for (int i = 0; left < 4 && i < left; i++) ((uint16_t *)dst)[t + i] = part[i];
+    }
+}
+
 /* The packed strip of A is the same as pv's on the transpose of pt, so are the sums. */
 static void pv_t_neon(int m, int n, int d, const float *pt, int64_t ldp, const float *v,
                       int64_t ldv, const float *alpha, float *o, int64_t ldo) {
@@ -485,6 +516,7 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .qk_rows = qk_rows_neon,
     .pv_rows = pv_rows_neon,
     .to_f32 = to_f32_neon,
+    .from_f32 = from_f32_neon,
     .transpose = transpose_neon,
     .row_max = row_max_neon,
     .exp2_sum = exp2_sum_neon,

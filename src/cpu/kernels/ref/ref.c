@@ -61,6 +61,14 @@ static void transpose_ref(int n, int d, const float *src, int64_t lds, float *ds
         for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
 }
 
+static void from_f32_ref(int n, const float *src, float scale, int32_t dtype, void *dst) {
+    for (int t = 0; t < n; t++) {
+        const float x = src[t] * scale;
+        if (dtype == FA_DTYPE_F32) ((float *)dst)[t] = x;
+        else ((uint16_t *)dst)[t] = dtype == FA_DTYPE_F16 ? fa__f32_to_f16(x) : fa__f32_to_bf16(x);
+    }
+}
+
 static float row_max_ref(int n, const float *x) {
     float mx = -INFINITY;
     for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
@@ -81,6 +89,7 @@ const fa__cpu_kernels fa__cpu_kernels_ref = {
     .qk = qk_ref,
     .pv = pv_ref,
     .to_f32 = to_f32_ref,
+    .from_f32 = from_f32_ref,
     .transpose = transpose_ref,
     .row_max = row_max_ref,
     .exp2_sum = exp2_sum_ref,
