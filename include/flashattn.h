@@ -159,9 +159,10 @@ typedef struct fa_context_options {
 FA_API void fa_context_options_init(fa_context_options *opts);
 
 /* Creates a context owning a pool of num_threads - 1 worker threads (the caller is the last).
- * opts may be NULL for the defaults. On success *out is the new context; on error *out is left
- * unchanged. Errors: FA_ERR_NULL_POINTER (out), FA_ERR_STRUCT_SIZE, FA_ERR_VALUE
- * (num_threads < 0 or > 1024, or a malformed FA_NUM_THREADS), FA_ERR_NO_MEMORY. */
+ * Idle threads poll for more work for FA_SPIN_US microseconds (0..100000, default 50) before
+ * they sleep. opts may be NULL for the defaults. On success *out is the new context; on error
+ * *out is left unchanged. Errors: FA_ERR_NULL_POINTER (out), FA_ERR_STRUCT_SIZE, FA_ERR_VALUE
+ * (num_threads < 0 or > 1024, or a malformed FA_NUM_THREADS or FA_SPIN_US), FA_ERR_NO_MEMORY. */
 FA_API fa_status fa_context_create(const fa_context_options *opts, fa_context **out);
 
 /* Stops the context's threads and frees it. NULL is a no-op. Must not be called while another

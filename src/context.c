@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * context.c — the opaque fa_context: its thread count and pool, the lazily created default
- * context, and the thread-count defaults (FA_NUM_THREADS, then the CPUs this process may use).
+ * context, the thread-count defaults (FA_NUM_THREADS, then the CPUs this process may use) and
+ * how long idle threads poll before they sleep (FA_SPIN_US).
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "internal.h"
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-enum { FA_MAX_THREADS = 1024 };
+enum { FA_MAX_THREADS = 1024, FA_SPIN_US_DEFAULT = 50, FA_SPIN_US_MAX = 100000 };
 
 struct fa_context {
     int nthreads;
@@ -50,6 +51,25 @@ fa_status fa__default_threads(int32_t *out) {
     return FA_OK;
 }
 
+/* FA_SPIN_US: microseconds a thread polls for the next batch (a worker) or for the workers'
+ * last tasks (the caller) before it sleeps. Polling saves the wake-ups that dominate short
+ * calls (a decode step); 0 never polls, for processes that share their cores. */
+static fa_status spin_ns(int64_t *out) {
+    const char *env = getenv("FA_SPIN_US");
+    long us = FA_SPIN_US_DEFAULT;
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        us = strtol(env, &end, 10);
+        if (errno || *end || us < 0 || us > FA_SPIN_US_MAX)
+            return fa__error(FA_ERR_VALUE,
+                             "FA_SPIN_US is \"%.32s\"; expected an integer in 0..%d (microseconds)",
+                             env, FA_SPIN_US_MAX);
+    }
+    *out = (int64_t)us * 1000;
+    return FA_OK;
+}
+
 fa_status fa_context_create(const fa_context_options *opts, fa_context **out) {
     fa__clear_error();
     if (!out) return fa__error(FA_ERR_NULL_POINTER, "out: NULL; expected a fa_context* to fill");
@@ -70,10 +90,13 @@ fa_status fa_context_create(const fa_context_options *opts, fa_context **out) {
         fa_status st = fa__default_threads(&n);
         if (st != FA_OK) return st;
     }
+    int64_t spin = 0;
+    fa_status st = spin_ns(&spin);
+    if (st != FA_OK) return st;
     fa_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fa__error(FA_ERR_NO_MEMORY, "fa_context_create: out of memory");
     ctx->nthreads = n;
-    ctx->pool = fa__pool_create(n);
+    ctx->pool = fa__pool_create(n, spin);
     if (!ctx->pool) {
         free(ctx);
         return fa__error(FA_ERR_NO_MEMORY, "fa_context_create: cannot start %d threads", n);

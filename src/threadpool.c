@@ -2,13 +2,41 @@
 /*
  * threadpool.c — the persistent worker pool behind a context. Workers sleep on a condition
  * variable between batches; within a batch every thread, the caller included, takes the next
- * task from an atomic counter until none are left.
+ * task from an atomic counter until none are left. A batch is open until the caller has run
+ * out of tasks: a worker that wakes after that skips it, so the caller never waits for a thread
+ * to wake up only to find nothing left (small batches, e.g. a short decode step, finish on the
+ * caller alone instead of paying a wake-up).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+
+#include <time.h>
+
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* A spinning wait's step between two polls: 0 once the clock has passed `end`. */
+static int relax_until(int64_t end) {
+    for (int i = 0; i < 16; i++) cpu_relax();
+    return now_ns() < end;
+}
 
 struct fa__pool {
     int nthreads; /* workers + the caller */
@@ -16,9 +44,13 @@ struct fa__pool {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new batch, or stop */
     pthread_cond_t done; /* the last worker left the batch */
-    uint64_t batch;      /* incremented for every batch */
-    int busy;            /* workers still inside the current batch */
-    int stop;
+    atomic_uint_fast64_t batch; /* incremented for every batch (under mu; workers also read it
+                                 * while they spin) */
+    int open;            /* the current batch still takes workers */
+    atomic_int busy;     /* workers that joined the current batch and have not left it (changed
+                          * under mu; the caller also reads it while it spins) */
+    atomic_int stop;
+    int64_t spin_ns; /* how long a thread waits awake before it sleeps */
     fa__task_fn fn;
     void *arg;
     int64_t ntasks;
@@ -48,19 +80,29 @@ static void *worker_main(void *p) {
         while (!pool->stop && pool->batch == seen) pthread_cond_wait(&pool->wake, &pool->mu);
         if (pool->stop) break;
         seen = pool->batch;
+        if (!pool->open) continue; /* woke too late: the caller has taken every task */
+        pool->busy++;
         pthread_mutex_unlock(&pool->mu);
         drain(pool, wa.id);
         pthread_mutex_lock(&pool->mu);
-        if (--pool->busy == 0) pthread_cond_signal(&pool->done);
+        if (--pool->busy == 0 && !pool->open) pthread_cond_signal(&pool->done);
+        /* The next batch often follows at once (a forward's merge, a decode loop's next step):
+         * wait for it awake for a while before sleeping. */
+        pthread_mutex_unlock(&pool->mu);
+        for (int64_t end = now_ns() + pool->spin_ns;
+             atomic_load(&pool->batch) == seen && !atomic_load(&pool->stop) && relax_until(end);) {
+        }
+        pthread_mutex_lock(&pool->mu);
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
-fa__pool *fa__pool_create(int nthreads) {
+fa__pool *fa__pool_create(int nthreads, int64_t spin_ns) {
     fa__pool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->nthreads = nthreads;
+    pool->spin_ns = spin_ns;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->wake, NULL);
     pthread_cond_init(&pool->done, NULL);
@@ -108,7 +150,7 @@ void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg) {
     pool->arg = arg;
     pool->ntasks = ntasks;
     atomic_store(&pool->next, 0);
-    pool->busy = pool->nthreads - 1;
+    pool->open = 1;
     pool->batch++;
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
@@ -116,6 +158,13 @@ void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg) {
     drain(pool, caller);
 
     pthread_mutex_lock(&pool->mu);
-    while (pool->busy > 0) pthread_cond_wait(&pool->done, &pool->mu);
+    pool->open = 0; /* every task is taken: later wakers skip the batch */
+    pthread_mutex_unlock(&pool->mu);
+    /* The workers still inside are on their last task: wait for them awake for a while (a
+     * sleeping caller pays one more wake-up), then sleep. */
+    for (int64_t end = now_ns() + pool->spin_ns; atomic_load(&pool->busy) > 0 && relax_until(end);) {
+    }
+    pthread_mutex_lock(&pool->mu);
+    while (atomic_load(&pool->busy) > 0) pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
 }

@@ -8,9 +8,11 @@
 
 #include "internal.h"
 
-/* A pool whose batches run on `nthreads` threads: nthreads - 1 workers plus the caller.
- * Returns NULL when threads or memory cannot be had. */
-fa__pool *fa__pool_create(int nthreads);
+/* A pool whose batches run on `nthreads` threads: nthreads - 1 workers plus the caller. A
+ * worker that has finished a batch, and the caller waiting for the workers' last tasks, poll for
+ * up to spin_ns nanoseconds before they sleep (0: sleep at once). Returns NULL when threads or
+ * memory cannot be had. */
+fa__pool *fa__pool_create(int nthreads, int64_t spin_ns);
 
 /* Joins the workers and frees the pool. NULL is a no-op. */
 void fa__pool_destroy(fa__pool *pool);

@@ -564,6 +564,23 @@ static void context_errors(void) {
         CASE_END();
     }
 
+    /* FA_SPIN_US is read by every context, an explicit thread count included */
+    static const char *bad_spin[] = {"abc", "-1", "100001", "5x", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_spin / sizeof bad_spin[0]; i++) {
+        CASE_BEGIN("fa_context_create: FA_SPIN_US=\"%s\"", bad_spin[i]);
+        setenv("FA_SPIN_US", bad_spin[i], 1);
+        fa_context_options_init(&o);
+        o.num_threads = 2;
+        ctx = sentinel;
+        st = fa_context_create(&o, &ctx);
+        CHECK_EQ_INT(st, FA_ERR_VALUE);
+        CHECK(ctx == sentinel);
+        CHECK_MSG(tu_contains_word(fa_last_error_message(), "FA_SPIN_US"), "message \"%s\"",
+                  fa_last_error_message());
+        unsetenv("FA_SPIN_US");
+        CASE_END();
+    }
+
     CASE_BEGIN("fa_context_create: valid options");
     fa_context_options_init(&o);
     o.num_threads = 2;

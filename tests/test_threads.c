@@ -298,7 +298,38 @@ int main(void) {
     }
     unsetenv("FA_NUM_THREADS");
     CASE_END();
-    printf("%-36s %4ld cases, %ld failed\n", "FA_NUM_THREADS",
+    /* FA_SPIN_US: threads that never poll (0) or poll long give the same bits */
+    static const char *spins[] = {"0", "100000"};
+    for (int si = 0; si < 2; si++) {
+        CASE_BEGIN("FA_SPIN_US=%s: 3 threads, bitwise equal", spins[si]);
+        setenv("FA_SPIN_US", spins[si], 1);
+        e = NULL;
+        fa_context_options_init(&o);
+        o.num_threads = 3;
+        st = fa_context_create(&o, &e);
+        unsetenv("FA_SPIN_US");
+        CHECK_EQ_INT(st, FA_OK);
+        problem p;
+        problem_init(&p, &k_cfgs[0]);
+        const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
+        unsigned char *o1 = malloc(ob), *l1 = malloc(lb), *on = malloc(ob), *ln = malloc(lb);
+        if (!o1 || !l1 || !on || !ln)
+            abort();
+        CHECK_EQ_INT(problem_run(&p, ctx[1], o1, l1), FA_OK);
+        for (int rep = 0; e && rep < 3; rep++) {
+            CHECK_EQ_INT(problem_run(&p, e, on, ln), FA_OK);
+            CHECK_MSG(memcmp(o1, on, ob) == 0 && memcmp(l1, ln, lb) == 0,
+                      "run %d differs bitwise from 1 thread", rep);
+        }
+        fa_context_destroy(e);
+        free(o1);
+        free(l1);
+        free(on);
+        free(ln);
+        problem_free(&p);
+        CASE_END();
+    }
+    printf("%-36s %4ld cases, %ld failed\n", "FA_NUM_THREADS, FA_SPIN_US",
            test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
            test_state_g_.cases_failed - f0);
 
