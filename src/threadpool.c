@@ -89,8 +89,9 @@ static void *worker_main(void *p) {
         /* The next batch often follows at once (a forward's merge, a decode loop's next step):
          * wait for it awake for a while before sleeping. */
         pthread_mutex_unlock(&pool->mu);
-        for (int64_t end = now_ns() + pool->spin_ns;
-             atomic_load(&pool->batch) == seen && !atomic_load(&pool->stop) && relax_until(end);) {
+        const int64_t end = now_ns() + pool->spin_ns;
+        while (pool->spin_ns > 0 && atomic_load(&pool->batch) == seen && !atomic_load(&pool->stop) &&
+               relax_until(end)) {
         }
         pthread_mutex_lock(&pool->mu);
     }
@@ -162,7 +163,8 @@ void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg) {
     pthread_mutex_unlock(&pool->mu);
     /* The workers still inside are on their last task: wait for them awake for a while (a
      * sleeping caller pays one more wake-up), then sleep. */
-    for (int64_t end = now_ns() + pool->spin_ns; atomic_load(&pool->busy) > 0 && relax_until(end);) {
+    const int64_t end = now_ns() + pool->spin_ns;
+    while (pool->spin_ns > 0 && atomic_load(&pool->busy) > 0 && relax_until(end)) {
     }
     pthread_mutex_lock(&pool->mu);
     while (atomic_load(&pool->busy) > 0) pthread_cond_wait(&pool->done, &pool->mu);

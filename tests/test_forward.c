@@ -1045,7 +1045,8 @@ static int rounding_case(int dtype, int64_t Sk, int kvcache) {
             tu_store(v, dtype, j * D + d, base[d] + (j < ones[d] ? ulp[d] : 0.0));
     memset(out, 0xFF, (size_t)(Sq * H * D) * es);
     const int64_t sq[4] = {1, Sq, H, D}, sk[4] = {1, Sk, Hk, D};
-    fa_tensor tq = fa_tensor_contiguous(q, dtype, 4, sq), tout = fa_tensor_contiguous(out, dtype, 4, sq);
+    fa_tensor tq = fa_tensor_contiguous(q, dtype, 4, sq);
+    fa_tensor tout = fa_tensor_contiguous(out, dtype, 4, sq);
     fa_tensor tk = fa_tensor_contiguous(k, dtype, 4, sk), tv = fa_tensor_contiguous(v, dtype, 4, sk);
     fa_status st;
     if (kvcache) {

@@ -292,7 +292,7 @@ static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, 
 
 /* Where key j of a block starts in k_rows's operand (row stride ldk). */
 static int64_t k_at(const bwd_plan *pl, int64_t j, int64_t ldk) {
-    return pl->bf16 ? j / 2 * ldk : j * ldk; /* bf16: pairs of rows; j is even but at the end */
+    return pl->bf16 ? j / 2 * ldk : j * ldk; /* bf16: pairs of rows (j: a block or half start) */
 }
 
 static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, int64_t n,

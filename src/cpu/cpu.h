@@ -9,8 +9,8 @@
 #include "../problem.h"
 #include "kernels/kernels.h"
 
-/* The microkernel set in use (chosen once per process) and a note on how it was chosen
- * ("" or why FA_CPU_ISA was not honoured). */
+/* The microkernel set in use (chosen once per process) and a note on it: " + avx512_bf16" when
+ * the avx512 set has the bf16 products, then "" or how FA_CPU_ISA was (or was not) honoured. */
 const fa__cpu_kernels *fa__cpu_kernels_get(void);
 const char *fa__cpu_kernels_note(void);
 

@@ -152,9 +152,9 @@ static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, floa
 /* bf16 of 8 fp32 lanes, round to nearest even on the bits (as convert.h); NaN stays quiet. */
 static inline __m128i bf16_8(__m256 x) {
     const __m256i u = _mm256_castps_si256(x), hi = _mm256_srli_epi32(u, 16);
-    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    const __m256i r =
-        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)),
+                                          _mm256_set1_epi32(0x7fff)); /* 0x7fff + lsb */
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
     /* |u| > inf as signed 32-bit compares: both sides are below 2^31 */
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));

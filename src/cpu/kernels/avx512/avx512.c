@@ -153,10 +153,11 @@ static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, fl
  * vcvtneps2bf16 would flush); NaN stays a quiet NaN. */
 static inline __m256i bf16_16(__m512 x) {
     const __m512i u = _mm512_castps_si512(x), hi = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)),
+                                          _mm512_set1_epi32(0x7fff)); /* 0x7fff + lsb */
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
     return _mm512_cvtepi32_epi16(r);
 }
@@ -168,7 +169,8 @@ static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype,
     if (dtype == FA_DTYPE_F32) {
         for (int t = 0; t < n; t += 16) {
             const __mmask16 k = tail_mask(n - t);
-            _mm512_mask_storeu_ps((float *)dst + t, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, src + t)));
+            const __m512 x = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, src + t));
+            _mm512_mask_storeu_ps((float *)dst + t, k, x);
         }
         return;
     }

@@ -74,8 +74,8 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at
                      __mmask16 m0, __mmask16 m1) {
     int i = 0;
 #define FA_BF16_RUN(MR)                                                                            \
-    tile_##MR(k2, a + (at ? i : i * lda), lda, at, b, ldb, beta ? beta + i : 0, scale, c + i * ldc, \
-              ldc, m0, m1);                                                                        \
+    tile_##MR(k2, a + (at ? i : i * lda), lda, at, b, ldb, beta ? beta + i : 0, scale,           \
+              c + i * ldc, ldc, m0, m1);                                                           \
     i += MR
     const int eights = m % 9 * 8 % 9; /* 8·eights = m (mod 9) */
     if (8 * eights <= m) {
