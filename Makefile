@@ -1,6 +1,7 @@
 # Thin wrapper over CMake. `make` builds, `make test` tests, `make demo` shows it working.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
@@ -10,7 +11,7 @@ MAKEFLAGS += --no-print-directory
 C_SOURCES = $(shell find include src tests tools cuda python bench \
                 \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null)
 
-.PHONY: all build test demo install asan format clean
+.PHONY: all build test demo install asan tsan format clean
 
 all: build
 
@@ -42,11 +43,20 @@ asan:
 	cmake --build $(ASAN_BUILD) --parallel $(JOBS)
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)
 
+# The thread pool under ThreadSanitizer: the threaded test suites (contexts of 1 to 8 threads,
+# application threads sharing a context, hundreds of short calls, split decode).
+tsan:
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
+	    -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
+	    -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DFA_CUDA=OFF $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target test_threads test_kvcache
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure -R '^test_(threads|kvcache)$$'
+
 format:
 	clang-format -i $(C_SOURCES)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-aarch64 build-gpu
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-aarch64 build-gpu
 
 # ---------------------------------------------------------------------------------------------
 # Python package (python/, pyproject.toml). A virtual environment in $(VENV) holds what the

@@ -4,7 +4,9 @@
  *
  * The same inputs run on contexts of 1, 2 and 3 threads, on the default (NULL) context, twice
  * on the same context, and from two application threads sharing one context must give bitwise
- * identical out and lse (DESIGN.md §3 "Determinism").
+ * identical out and lse (DESIGN.md §3 "Determinism"). Hundreds of short calls in a row (decode
+ * steps, tiny prefills) on pools of 2, 3 and 8 threads with and without polling exercise
+ * batches that end before a worker wakes up.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 
@@ -330,6 +332,57 @@ int main(void) {
         CASE_END();
     }
     printf("%-36s %4ld cases, %ld failed\n", "FA_NUM_THREADS, FA_SPIN_US",
+           test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
+           test_state_g_.cases_failed - f0);
+
+    /* ---- many short calls: batches that end before (or just as) workers wake up ---- */
+    f0 = test_state_g_.cases_failed;
+    c0 = test_state_g_.cases_passed + f0;
+    static const tcfg shorts[] = {
+        {"decode Sk=1", 0, 1, 1, 1, 8, 2, 64, 0, -1, -1, 0, 0.0f, FA_DTYPE_F16, 0.0f},
+        {"decode Sk=40 GQA 4", 0, 1, 1, 40, 8, 2, 64, 0, -1, -1, 0, 0.0f, FA_DTYPE_BF16, 0.0f},
+        {"split decode Sk=1100", 0, 2, 1, 1100, 4, 4, 32, 0, -1, -1, 0, 0.0f, FA_DTYPE_F32,
+         0.0f},
+        {"prefill 9 x 9", 0, 1, 9, 9, 2, 1, 16, 1, -1, -1, 0, 0.0f, FA_DTYPE_F32, 0.0f},
+    };
+    static const struct {
+        int threads;
+        const char *spin;
+    } pools[] = {{2, "0"}, {2, "50"}, {3, "5"}, {8, "50"}};
+    for (size_t ci = 0; ci < sizeof shorts / sizeof shorts[0]; ci++) {
+        problem p;
+        problem_init(&p, &shorts[ci]);
+        const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
+        unsigned char *o1 = malloc(ob), *l1 = malloc(lb), *on = malloc(ob), *ln = malloc(lb);
+        if (!o1 || !l1 || !on || !ln)
+            abort();
+        for (size_t pi = 0; pi < sizeof pools / sizeof pools[0]; pi++) {
+            CASE_BEGIN("%s: 500 calls on %d threads, FA_SPIN_US=%s", shorts[ci].name,
+                       pools[pi].threads, pools[pi].spin);
+            CHECK_EQ_INT(problem_run(&p, ctx[1], o1, l1), FA_OK);
+            setenv("FA_SPIN_US", pools[pi].spin, 1);
+            fa_context *c = NULL;
+            fa_context_options_init(&o);
+            o.num_threads = pools[pi].threads;
+            CHECK_EQ_INT(fa_context_create(&o, &c), FA_OK);
+            unsetenv("FA_SPIN_US");
+            int bad = 0;
+            for (int rep = 0; c && rep < 500 && !bad; rep++) {
+                st = problem_run(&p, c, on, ln);
+                bad = st != FA_OK || memcmp(o1, on, ob) != 0 || memcmp(l1, ln, lb) != 0;
+                CHECK_MSG(!bad, "call %d: status %s or result differs from 1 thread", rep,
+                          fa_status_name(st));
+            }
+            fa_context_destroy(c);
+            CASE_END();
+        }
+        free(o1);
+        free(l1);
+        free(on);
+        free(ln);
+        problem_free(&p);
+    }
+    printf("%-36s %4ld cases, %ld failed\n", "many short calls, bitwise",
            test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
            test_state_g_.cases_failed - f0);
 
