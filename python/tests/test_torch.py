@@ -447,6 +447,49 @@ def test_kvcache_torch_in_place_and_no_grad():
 
 
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4 has no torch.library.custom_op")
+def test_kvcache_eager_call_matches_the_op():
+    """A plain eager decode step skips the custom op's dispatch: it must give the op's results
+    bit for bit, bump the caches' version counters when it appends (and only then), and leave
+    calls that need the op (a tensor requiring grad, a dispatch mode) to it."""
+    torch.manual_seed(14)
+    B, H, Hk, D, S_cache = 2, 4, 2, 32, 40
+    q = torch.randn(B, 1, H, D).bfloat16()
+    caches = [torch.randn(B, S_cache, Hk, D).bfloat16() for _ in range(2)]
+    k_new, v_new = torch.randn(B, 1, Hk, D).bfloat16(), torch.randn(B, 1, Hk, D).bfloat16()
+    seqlens = torch.tensor([5, 17], dtype=torch.int32)
+    kc1, vc1 = (c.clone() for c in caches)
+    kc2, vc2 = (c.clone() for c in caches)
+    before = kc1._version, vc1._version
+    out1, lse1 = flash_attn_with_kvcache(q, kc1, vc1, k_new, v_new, cache_seqlens=seqlens,
+                                         causal=True, return_softmax_lse=True)
+    assert kc1._version > before[0] and vc1._version > before[1]
+    out2, lse2 = torch.ops.flashattn_c._flash_attn_with_kvcache(
+        q, kc2, vc2, k_new, v_new, None, None, seqlens, -1, None, None, None, D ** -0.5, True,
+        -1, -1, 0.0, True, None, 0)
+    assert torch.equal(out1, out2) and torch.equal(lse1, lse2)
+    assert torch.equal(kc1, kc2) and torch.equal(vc1, vc2)
+    after = kc1._version, vc1._version
+    out3 = flash_attn_with_kvcache(q, kc1, vc1, cache_seqlens=seqlens + 1, causal=True)
+    assert (kc1._version, vc1._version) == after  # nothing appended, nothing written
+    assert torch.isfinite(out3).all()
+    # under a dispatch mode the call goes through the op, so the mode sees it
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as mode:
+        flash_attn_with_kvcache(q, kc1, vc1, cache_seqlens=seqlens, causal=True)
+    assert any("flashattn_c" in name for name in mode.ops), mode.ops
+
+
+@pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4 has no torch.library.custom_op")
 def test_kvcache_under_torch_compile():
     """A compiled decode step appends to the cache in place (a mutating custom op) and matches
     eager."""
