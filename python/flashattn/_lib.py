@@ -13,6 +13,7 @@ It is loaded on first use, so `import flashattn` never fails because of it.
 
 import ctypes
 import os
+import struct
 import sys
 import threading
 
@@ -36,6 +37,10 @@ DEVICE_CPU, DEVICE_CUDA = 0, 1
 MAX_DIMS = 4
 
 
+# fa_tensor's bytes: the fields of Tensor below, in order, with the C compiler's alignment.
+_TENSOR_LAYOUT = struct.Struct(f"@Piiii{MAX_DIMS}q{MAX_DIMS}q")
+
+
 class Tensor(ctypes.Structure):
     """fa_tensor: a strided view of memory the caller owns (shape and strides in elements)."""
 
@@ -51,16 +56,11 @@ class Tensor(ctypes.Structure):
 
     @classmethod
     def make(cls, data, dtype, shape, stride, device=DEVICE_CPU, device_index=0):
-        t = cls()
-        t.data = data or None
-        t.dtype = dtype
-        t.device = device
-        t.device_index = device_index
-        t.ndim = len(shape)
-        for i, (n, s) in enumerate(zip(shape, stride)):
-            t.shape[i] = n
-            t.stride[i] = s
-        return t
+        # One struct.pack and one copy: half the time of setting the fields one by one, which
+        # a short call (a decode step) pays for every tensor.
+        pad = (0,) * (MAX_DIMS - len(shape))
+        return cls.from_buffer_copy(_TENSOR_LAYOUT.pack(
+            data or 0, dtype, device, device_index, len(shape), *shape, *pad, *stride, *pad))
 
 
 class Params(ctypes.Structure):
