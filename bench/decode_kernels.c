@@ -11,7 +11,8 @@
  * fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel set and
  * dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and KV
  * head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
- * and head over the time): the ceiling the cores put on decode.
+ * and head over the time): the ceiling the cores put on decode. Where decode scores bf16 caches
+ * with the bf16 dot product (AVX512_BF16, rows a multiple of 4), a row "bf16d" times that path.
  *
  * Uses the library's internal kernel table, so it links the static library:
  *   cmake --build build --target bench_decode_kernels && build/bench_decode_kernels [L] [rows]
@@ -37,9 +38,11 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. */
+/* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. q2: the
+ * query rows as bf16 pairs for qk_rows_bf16 (bf16 only; NULL: qk_rows). */
 static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, int which,
-                           const char *k, const char *v, const float *q, float *s, float *o) {
+                           const char *k, const char *v, const float *q, const uint32_t *q2,
+                           float *s, float *o) {
     static const float alpha[MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
     const int qkk = dtype == FA_DTYPE_F32 ? 8 : 64, pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
@@ -56,7 +59,11 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                         const int c = n - jg < qkk ? n - jg : qkk;
                         for (int j = 0; j < c; j++)
                             rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
-                        kern->qk_rows(g_rows, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
+                        if (q2)
+                            kern->qk_rows_bf16(g_rows, c, D / 2, q2, D / 2, rows, 1.0f, s + jg,
+                                               BLOCK, NULL);
+                        else
+                            kern->qk_rows(g_rows, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
                     }
                 for (int jg = 0; (which & 2) && jg < n; jg += pvk)
                     for (int h = 0; h < HK; h++) { // O += P V: [rows, D]
@@ -103,13 +110,20 @@ int main(int argc, char **argv) {
     printf("decode kernels \"%s\": %d query rows per KV head, D=%d, %d keys x %d KV heads in L2\n",
            kern->name, g_rows, D, L, HK);
     printf("ns per key and KV head (best of %d); GB/s: K+V bytes per key and head over qk+pv\n", REPS);
+    /* the fourth row: bf16 scores through the bf16 dot product, where decode uses it */
+    static uint32_t q2[MAX_ROWS * D / 2];
+    for (int i = 0; i < MAX_ROWS * D / 2; i++) q2[i] = 0x3c233c23u; /* 0.01 in both halves */
+    const int dot = kern->qk_rows_bf16 != NULL && g_rows % 4 == 0;
+    static const int32_t dtypes[4] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_BF16};
+    static const char *const names[4] = {"fp32", "fp16", "bf16", "bf16d"};
+    if (dot)
+        printf("bf16d: bf16 with qk_rows_bf16 (the bf16 dot product), decode's path on this CPU\n");
     printf("%-5s %8s %8s %8s %12s\n", "dtype", "qk", "pv", "qk+pv", "GB/s/core");
-    static const int32_t dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
-    static const char *const names[3] = {"fp32", "fp16", "bf16"};
-    for (int t = 0; t < 3; t++) {
-        const double qk = time_kernels(kern, dtypes[t], L, 1, k, v, q, s, o);
-        const double pv = time_kernels(kern, dtypes[t], L, 2, k, v, q, s, o);
-        const double both = time_kernels(kern, dtypes[t], L, 3, k, v, q, s, o);
+    for (int t = 0; t < 3 + dot; t++) {
+        const uint32_t *qd = t == 3 ? q2 : NULL;
+        const double qk = time_kernels(kern, dtypes[t], L, 1, k, v, q, qd, s, o);
+        const double pv = time_kernels(kern, dtypes[t], L, 2, k, v, q, qd, s, o);
+        const double both = time_kernels(kern, dtypes[t], L, 3, k, v, q, qd, s, o);
         const double kv = 2.0 * D * (t == 0 ? 4 : 2);
         printf("%-5s %8.2f %8.2f %8.2f %12.1f\n", names[t], qk, pv, both, kv / both);
     }

@@ -136,9 +136,10 @@ enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
  * heads side by side) is read front to back a group at a time; on top of that, the qk products ask
  * for the V rows the pv products will need, and the pv products for the K rows of the next
- * block, keys [jn, jn + nn) (nn = 0: none). */
+ * block, keys [jn, jn + nn) (nn = 0: none). qbf16: t->Q holds bf16 pairs and the scores come
+ * from qk_rows_bf16. */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
-                         int64_t nn, int masked) {
+                         int64_t nn, int masked, int qbf16) {
     static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
@@ -163,8 +164,14 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                     v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
                 }
                 const fa__prefetch pf = {v, c, vb};
-                kern->qk_rows((int)R, c, (int)D, t->Q + (hk - t->hk0) * R * D, D, k, p->k.dtype,
-                              t->S + (hk - h0) * R * FA_BC + jg, FA_BC, &pf);
+                float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
+                if (qbf16)
+                    kern->qk_rows_bf16((int)R, c, (int)(D / 2), (const uint32_t *)t->Q +
+                                       (hk - t->hk0) * R * (D / 2), D / 2, k, pl->qscale, s,
+                                       FA_BC, &pf);
+                else
+                    kern->qk_rows((int)R, c, (int)D, t->Q + (hk - t->hk0) * R * D, D, k,
+                                  p->k.dtype, s, FA_BC, &pf);
             }
         }
         for (int64_t hk = h0; hk < h1; hk++)
@@ -207,12 +214,17 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
      * once and the work per key is small, so packing would cost more than it saves. */
     const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
-    const int64_t D2 = (D + 1) / 2, ldq = bf16 ? D2 : D;
+    /* Decode's scores from bf16 q and K rows (even D, 4-row tiles): the bf16 dot product on the
+     * rows as they are; P V stays fp32. */
+    const int dbf = rows && p->q.dtype == FA_DTYPE_BF16 && p->k.dtype == FA_DTYPE_BF16 &&
+                    kern->qk_rows_bf16 != NULL && D % 2 == 0 && R % 4 == 0;
+    const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
-        if (bf16) fa__copy_bf16_row((uint16_t *)((uint32_t *)t->Q + r * D2), src, D, p->q.sd);
+        if (bf16 || dbf)
+            fa__copy_bf16_row((uint16_t *)((uint32_t *)t->Q + r * D2), src, D, p->q.sd);
         else if (p->q.sd == 1) kern->to_f32((int)D, src, p->q.dtype, pl->qscale, t->Q + r * D);
         else fa__load_f32(t->Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
         t->m[r] = -INFINITY;
@@ -226,7 +238,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
         if (rows) {
             const int64_t jn = j0 + n, end = jn < j_hi ? j_hi : j_next;
-            decode_block(pl, t, j0, n, jn, end - jn < FA_BC ? end - jn : FA_BC, masked);
+            decode_block(pl, t, j0, n, jn, end - jn < FA_BC ? end - jn : FA_BC, masked, dbf);
             continue;
         }
         if (masked && n > FA_BC / 2) { /* the band's edge in halves: fewer rows see each */

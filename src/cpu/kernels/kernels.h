@@ -78,6 +78,12 @@ typedef struct fa__cpu_kernels {
                     int64_t ldv, const float *alpha, float *o, int64_t ldo);
     void (*pv_bf16_t)(int m, int n2, int d, const uint32_t *pt, int64_t ldp, const uint32_t *v,
                       int64_t ldv, const float *alpha, float *o, int64_t ldo);
+    /* Decode's qk_rows on bf16 Q and K rows: S = scale · Q Kᵀ.  Q: [m, d2] pairs (ldq), k: n row
+     * pointers of d2 pairs each (a bf16 row of even length as it is), S: [m, n] (lds), pf as
+     * qk_rows's. */
+    void (*qk_rows_bf16)(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                         const void *const *k, float scale, float *s, int64_t lds,
+                         const fa__prefetch *pf);
     /* y = bf16(x), round to nearest even; an odd n also writes y[n] = 0. */
     void (*to_bf16)(int n, const float *x, uint16_t *y);
     /* dst[t] = a[t] | b[t] << 16: two rows of bf16 as pairs (packs V for pv_bf16). */
@@ -106,5 +112,8 @@ void fa__pv_bf16_t_avx512(int m, int n2, int d, const uint32_t *pt, int64_t ldp,
 void fa__to_bf16_avx512(int n, const float *x, uint16_t *y);
 void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst);
 void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst);
+void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                             const void *const *k, float scale, float *s, int64_t lds,
+                             const fa__prefetch *pf);
 
 #endif /* FA_CPU_KERNELS_H */

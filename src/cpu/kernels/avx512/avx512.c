@@ -12,6 +12,7 @@
  * where 9 rows run at 98.9% (126 x 128 x 128, operands in L1/L2).
  */
 #include "../kernels.h"
+#include "decode_common.h"
 
 #include "flashattn.h"
 
@@ -190,29 +191,6 @@ static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype,
     }
 }
 
-/* The 16 sums of v[0..16): lane k of the result is the sum of v[k]'s lanes. */
-static inline __m512 sum16(__m512 v[16]) {
-    __m512 a[8], b[4], c[2];
-    for (int i = 0; i < 8; i++) /* pairs interleaved, halved within 128-bit lanes */
-        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) /* lane L: partial sums of v[4i..4i+3] */
-        b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE));
-    for (int i = 0; i < 2; i++) /* across 128-bit lanes */
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
-                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-}
-
-/* Prefetches row r of pf (all its lines), if there is one, into L2. */
-FA_INLINE void prefetch_row(const fa__prefetch *pf, int r) {
-    if (pf && r < pf->n)
-        for (int at = 0; at < pf->bytes; at += 64)
-            _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
-}
-
 /* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction whose 128-bit
  * lane ii holds row ii's 4 scores, stored as one piece. DT is a compile-time dtype in each
  * caller, so the conversion is chosen outside the loops; whole 16-column chunks load unmasked. */
@@ -222,7 +200,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
             if (i0 == 0) /* pf's rows, 4 per 4 keys */
-                for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r);
+                for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r);
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const void *kr[4];
@@ -244,19 +222,8 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
                     for (int jj = 0; jj < 4; jj++)
                         acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
             }
-            const __m512 sums = sum16(acc);
-            const int rows = m - i0 < 4 ? m - i0 : 4;
-            if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
-                _mm_storeu_ps(s + i0 * lds + j0, _mm512_castps512_ps128(sums));
-                if (rows > 1) _mm_storeu_ps(s + (i0 + 1) * lds + j0, _mm512_extractf32x4_ps(sums, 1));
-                if (rows > 2) _mm_storeu_ps(s + (i0 + 2) * lds + j0, _mm512_extractf32x4_ps(sums, 2));
-                if (rows > 3) _mm_storeu_ps(s + (i0 + 3) * lds + j0, _mm512_extractf32x4_ps(sums, 3));
-            } else {
-                float out[16];
-                _mm512_storeu_ps(out, sums);
-                for (int ii = 0; ii < rows; ii++)
-                    for (int jj = 0; jj < n - j0; jj++) s[(i0 + ii) * lds + j0 + jj] = out[4 * ii + jj];
-            }
+            fa__store_tile4(fa__sum16(acc), m - i0 < 4 ? m - i0 : 4, n - j0, s + i0 * lds + j0,
+                            lds);
         }
 }
 
@@ -268,7 +235,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
                            const void *const *k, const int32_t DT, float *s, int64_t lds,
                            const fa__prefetch *pf) {
     const int dfull = d / 16 * 16;
-    for (int r = j0; r < j0 + 4; r++) prefetch_row(pf, r); /* pf's rows, 4 per 4 keys */
+    for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r); /* pf's rows, 4 per 4 keys */
     __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
     const void *kr[4];
@@ -289,7 +256,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
             for (int jj = 0; jj < 4; jj++)
                 acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
     }
-    const __m512 sums = sum16(acc);
+    const __m512 sums = fa__sum16(acc);
     if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
         _mm_storeu_ps(s + j0, _mm512_castps512_ps128(sums));
         if (TR > 1) _mm_storeu_ps(s + lds + j0, _mm512_extractf32x4_ps(sums, 1));
@@ -351,7 +318,7 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
     __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 */
     __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 */
     for (int j = 0; j < n; j++) {
-        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        fa__prefetch_row(pf, j); /* the caller passes pf to the first tile only */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
@@ -406,7 +373,7 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const flo
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
     for (int j = 0; j < n; j++) {
-        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        fa__prefetch_row(pf, j); /* the caller passes pf to the first tile only */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_SMALL(w)                                                                             \

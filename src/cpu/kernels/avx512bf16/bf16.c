@@ -9,9 +9,12 @@
  * (d2 = ceil(d / 2), n2 = ceil(n / 2), an odd tail padded with bf16 zero).
  *   pv_t: the same with P given as [n2, m] pairs (the backward's Pᵀ and dSᵀ: pairs of query
  *         rows, read in place from two rows interleaved).
+ *   qk_rows: decode's S = scale · Q Kᵀ with K rows read in place by pointer: a bf16 row is its
+ *         own [d2] pairs along d, so no packing or conversion.
  * The tiles are those of avx512.c: MR rows x 32 columns in 2·MR zmm accumulators, one broadcast
  * pair per row.
  */
+#include "../avx512/decode_common.h"
 #include "../kernels.h"
 
 #include <immintrin.h>
@@ -173,4 +176,38 @@ void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst) 
         const __m512i lo = _mm512_cvtepu16_epi32(ha), hi = _mm512_cvtepu16_epi32(hb);
         _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
+}
+
+/* Tiles of 4 rows x 4 keys as avx512.c's qk_rows, on pairs: 16 accumulators over d2, one
+ * 16-way reduction, the scale applied to the sums. */
+void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                             const void *const *k, float scale, float *s, int64_t lds,
+                             const fa__prefetch *pf) {
+    const int dfull = d2 / 16 * 16;
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int j0 = 0; j0 < n; j0 += 4) {
+            if (i0 == 0) /* pf's rows, 4 per 4 keys */
+                for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r);
+            __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
+            for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
+            const char *kr[4];
+            const uint32_t *qr[4];
+            for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
+            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
+                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+            for (int c = 0; c < d2; c += 16) {
+                const __mmask16 mk = c < dfull ? (__mmask16)0xFFFF : tail_mask(d2 - c);
+                __m512bh kv[4], qv[4];
+                for (int jj = 0; jj < 4; jj++)
+                    kv[jj] = (__m512bh)_mm512_maskz_loadu_epi32(mk, kr[jj] + 4 * c);
+                for (int ii = 0; ii < 4; ii++)
+                    qv[ii] = (__m512bh)_mm512_maskz_loadu_epi32(mk, qr[ii] + c);
+                for (int ii = 0; ii < 4; ii++)
+                    for (int jj = 0; jj < 4; jj++)
+                        acc[4 * ii + jj] = _mm512_dpbf16_ps(acc[4 * ii + jj], qv[ii], kv[jj]);
+            }
+            fa__store_tile4(_mm512_mul_ps(vs, fa__sum16(acc)), m - i0 < 4 ? m - i0 : 4, n - j0,
+                            s + i0 * lds + j0, lds);
+        }
 }
