@@ -14,9 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-
 #include <time.h>
-
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,15 +40,14 @@ struct fa__pool {
     int nthreads; /* workers + the caller */
     pthread_t *workers;
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* a new batch, or stop */
-    pthread_cond_t done; /* the last worker left the batch */
-    atomic_uint_fast64_t batch; /* incremented for every batch (under mu; workers also read it
-                                 * while they spin) */
-    int open;            /* the current batch still takes workers */
-    atomic_int busy;     /* workers that joined the current batch and have not left it (changed
-                          * under mu; the caller also reads it while it spins) */
+    pthread_cond_t wake;        /* a new batch, or stop */
+    pthread_cond_t done;        /* the last worker left the batch */
+    atomic_uint_fast64_t batch; /* incremented for every batch (under mu; read while spinning) */
+    int open;                   /* the current batch still takes workers */
+    atomic_int busy;            /* workers that joined the batch and have not left it (changed
+                                 * under mu; the caller reads it while it spins) */
     atomic_int stop;
-    int64_t spin_ns; /* how long a thread waits awake before it sleeps */
+    int64_t spin_ns;            /* how long a thread waits awake before it sleeps */
     fa__task_fn fn;
     void *arg;
     int64_t ntasks;

@@ -82,7 +82,7 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at
     i += MR
     const int eights = m % 9 * 8 % 9; /* 8·eights = m (mod 9) */
     if (8 * eights <= m) {
-        for (; i < m - 8 * eights; ) {
+        while (i < m - 8 * eights) {
             FA_BF16_RUN(9);
         }
         while (i < m) {
