@@ -11,8 +11,8 @@
  * fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel set and
  * dtype it prints the best of 5 timings of qk alone, pv alone and both, in ns per key and KV
  * head, and the cache-read rate one core could sustain at that speed (bytes of K and V per key
- * and head over the time): the ceiling the cores put on decode. Where decode scores bf16 caches
- * with the bf16 dot product (AVX512_BF16, rows a multiple of 4), a row "bf16d" times that path.
+ * and head over the time): the ceiling the cores put on decode. Where decode runs bf16 caches on
+ * the bf16 dot product (AVX512_BF16, rows a multiple of 4), a row "bf16d" times that path.
  *
  * Uses the library's internal kernel table, so it links the static library:
  *   cmake --build build --target bench_decode_kernels && build/bench_decode_kernels [L] [rows]
@@ -39,7 +39,8 @@ static double now(void) {
 }
 
 /* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. q2: the
- * query rows as bf16 pairs for qk_rows_bf16 (bf16 only; NULL: qk_rows). */
+ * query rows as bf16 pairs for decode's bf16 dot-product path (qk_rows_bf16, and pv_rows_bf16
+ * on P rounded to bf16, the rounding timed with it); NULL: qk_rows and pv_rows. */
 static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, int which,
                            const char *k, const char *v, const float *q, const uint32_t *q2,
                            float *s, float *o) {
@@ -70,7 +71,15 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                         const int c = n - jg < pvk ? n - jg : pvk;
                         for (int j = 0; j < c; j++)
                             rows[j] = v + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
-                        kern->pv_rows(g_rows, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D, NULL);
+                        if (q2) { /* as decode: P rounded to bf16 pairs, then the pair product */
+                            uint32_t p2[MAX_ROWS * 16];
+                            for (int r = 0; r < g_rows; r++)
+                                kern->to_bf16(c, s + r * BLOCK + jg, (uint16_t *)(p2 + r * 16));
+                            kern->pv_rows_bf16(g_rows, c, D, p2, 16, rows, alpha, o, D, NULL);
+                        } else {
+                            kern->pv_rows(g_rows, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D,
+                                          NULL);
+                        }
                     }
             }
         const double t = (now() - t0) / ((double)passes * L * HK);
@@ -113,11 +122,12 @@ int main(int argc, char **argv) {
     /* the fourth row: bf16 scores through the bf16 dot product, where decode uses it */
     static uint32_t q2[MAX_ROWS * D / 2];
     for (int i = 0; i < MAX_ROWS * D / 2; i++) q2[i] = 0x3c233c23u; /* 0.01 in both halves */
-    const int dot = kern->qk_rows_bf16 != NULL && g_rows % 4 == 0;
+    const int dot = kern->qk_rows_bf16 != NULL && kern->pv_rows_bf16 != NULL && g_rows % 4 == 0;
     static const int32_t dtypes[4] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_BF16};
     static const char *const names[4] = {"fp32", "fp16", "bf16", "bf16d"};
     if (dot)
-        printf("bf16d: bf16 with qk_rows_bf16 (the bf16 dot product), decode's path on this CPU\n");
+        printf("bf16d: bf16 on the bf16 dot product (qk_rows_bf16, pv_rows_bf16), decode's path "
+               "on this CPU\n");
     printf("%-5s %8s %8s %8s %12s\n", "dtype", "qk", "pv", "qk+pv", "GB/s/core");
     for (int t = 0; t < 3 + dot; t++) {
         const uint32_t *qd = t == 3 ? q2 : NULL;

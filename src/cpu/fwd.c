@@ -136,8 +136,8 @@ enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
  * heads side by side) is read front to back a group at a time; on top of that, the qk products ask
  * for the V rows the pv products will need, and the pv products for the K rows of the next
- * block, keys [jn, jn + nn) (nn = 0: none). qbf16: t->Q holds bf16 pairs and the scores come
- * from qk_rows_bf16. */
+ * block, keys [jn, jn + nn) (nn = 0: none). qbf16: t->Q holds bf16 pairs, and both products run
+ * on the bf16 dot product (qk_rows_bf16, then pv_rows_bf16 on P rounded to bf16). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
                          int64_t nn, int masked, int qbf16) {
     static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -187,9 +187,18 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 for (int j = 0; j < cn; j++)
                     k[j] = (const char *)knext[jg + j] + (hk - t->hk0) * kstep;
                 const fa__prefetch pf = {k, cn, kb};
-                kern->pv_rows((int)R, c, (int)D, t->S + (hk - h0) * R * FA_BC + jg, FA_BC, v,
-                              p->v.dtype, jg == 0 ? t->alpha + (hk - h0) * R : ones,
-                              t->O + (hk - t->hk0) * R * D, D, &pf);
+                const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
+                const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
+                float *o = t->O + (hk - t->hk0) * R * D;
+                if (qbf16) { /* P rounded to bf16 pairs, as the prefill's bf16 P V takes it */
+                    enum { LD2 = FA_PV_KEYS_HALF / 2 };
+                    uint32_t p2[FA_SPLIT_ROWS * LD2]; // P: [R, c/2] pairs
+                    for (int64_t r = 0; r < R; r++)
+                        kern->to_bf16(c, sp + r * FA_BC, (uint16_t *)(p2 + r * LD2));
+                    kern->pv_rows_bf16((int)R, c, (int)D, p2, LD2, v, alpha, o, D, &pf);
+                } else {
+                    kern->pv_rows((int)R, c, (int)D, sp, FA_BC, v, p->v.dtype, alpha, o, D, &pf);
+                }
             }
         }
     }
@@ -214,10 +223,11 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
      * once and the work per key is small, so packing would cost more than it saves. */
     const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
-    /* Decode's scores from bf16 q and K rows (even D, 4-row tiles): the bf16 dot product on the
-     * rows as they are; P V stays fp32. */
+    /* Decode of bf16 q, K and V (even D, 4-row tiles): both products on the bf16 dot product,
+     * straight on the rows as they are. */
     const int dbf = rows && p->q.dtype == FA_DTYPE_BF16 && p->k.dtype == FA_DTYPE_BF16 &&
-                    kern->qk_rows_bf16 != NULL && D % 2 == 0 && R % 4 == 0;
+                    p->v.dtype == FA_DTYPE_BF16 && kern->qk_rows_bf16 != NULL &&
+                    kern->pv_rows_bf16 != NULL && D % 2 == 0 && R % 4 == 0;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {

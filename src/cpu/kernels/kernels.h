@@ -84,6 +84,11 @@ typedef struct fa__cpu_kernels {
     void (*qk_rows_bf16)(int m, int n, int d2, const uint32_t *q, int64_t ldq,
                          const void *const *k, float scale, float *s, int64_t lds,
                          const fa__prefetch *pf);
+    /* Decode's pv_rows with P as bf16 pairs: O = diag(alpha) O + P V.  P: [m, ceil(n/2)] pairs
+     * (ldp), v: n bf16 row pointers of d values, m a multiple of 4, pf as pv_rows's. */
+    void (*pv_rows_bf16)(int m, int n, int d, const uint32_t *p, int64_t ldp,
+                         const void *const *v, const float *alpha, float *o, int64_t ldo,
+                         const fa__prefetch *pf);
     /* y = bf16(x), round to nearest even; an odd n also writes y[n] = 0. */
     void (*to_bf16)(int n, const float *x, uint16_t *y);
     /* dst[t] = a[t] | b[t] << 16: two rows of bf16 as pairs (packs V for pv_bf16). */
@@ -114,6 +119,9 @@ void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uin
 void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst);
 void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
                              const void *const *k, float scale, float *s, int64_t lds,
+                             const fa__prefetch *pf);
+void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p, int64_t ldp,
+                             const void *const *v, const float *alpha, float *o, int64_t ldo,
                              const fa__prefetch *pf);
 
 #endif /* FA_CPU_KERNELS_H */

@@ -211,3 +211,60 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
                             s + i0 * lds + j0, lds);
         }
 }
+
+/* Decode's pv_rows on pairs: O = diag(alpha) O + P V for rows i0..i0+3 and 64 columns at a time.
+ * Keys go in pairs (2t, 2t + 1); vpermt2w interleaves the two V rows' columns into pairs, so
+ * each vdpbf16ps does two keys' products per column; an odd last key pairs with a zero P. The
+ * sum over the keys is taken on its own and then added to alpha O, as avx512.c's pv_rows does. */
+void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ldp,
+                             const void *const *v, const float *alpha, float *o, int64_t ldo,
+                             const fa__prefetch *pf) {
+    static const uint16_t lo_hi[64] = { /* pair k of the low / high 16 columns: (A[k], B[k]) */
+        0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+        8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
+        16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+        24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+    const __m512i ilo = _mm512_loadu_si512(lo_hi), ihi = _mm512_loadu_si512(lo_hi + 32);
+    const int n2 = (n + 1) / 2;
+    for (int i0 = 0; i0 < m; i0 += 4)
+        for (int c = 0; c < d; c += 64) {
+            const int left = d - c;
+            const __mmask32 k0 = left >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << left) - 1u);
+            const __mmask32 k1 = left >= 64   ? 0xFFFFFFFFu
+                                 : left <= 32 ? 0u
+                                              : (__mmask32)((1u << (left - 32)) - 1u);
+            const __m512 z = _mm512_setzero_ps();
+            __m512 acc[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
+            for (int t = 0; t < n2; t++) {
+                if (i0 == 0 && c == 0) { /* pf's rows, spread over the keys */
+                    fa__prefetch_row(pf, 2 * t);
+                    fa__prefetch_row(pf, 2 * t + 1);
+                }
+                const char *va = v[2 * t], *vb = 2 * t + 1 < n ? v[2 * t + 1] : va;
+                __m512bh s[4]; /* row ii's probabilities of keys 2t, 2t + 1 */
+                for (int ii = 0; ii < 4; ii++)
+                    s[ii] = (__m512bh)_mm512_set1_epi32((int)p2[(i0 + ii) * ldp + t]);
+                for (int h = 0; h < 2; h++) { /* columns c + 32h .. c + 32h + 31 */
+                    const __mmask32 k = h ? k1 : k0;
+                    if (!k) break;
+                    const __m512i a = _mm512_maskz_loadu_epi16(k, va + 2 * (c + 32 * h));
+                    const __m512i b = _mm512_maskz_loadu_epi16(k, vb + 2 * (c + 32 * h));
+                    const __m512bh lo = (__m512bh)_mm512_permutex2var_epi16(a, ilo, b);
+                    const __m512bh hi = (__m512bh)_mm512_permutex2var_epi16(a, ihi, b);
+                    for (int ii = 0; ii < 4; ii++) {
+                        acc[2 * h][ii] = _mm512_dpbf16_ps(acc[2 * h][ii], s[ii], lo);
+                        acc[2 * h + 1][ii] = _mm512_dpbf16_ps(acc[2 * h + 1][ii], s[ii], hi);
+                    }
+                }
+            }
+            for (int w = 0; w < 4 && 16 * w < left; w++) {
+                const __mmask16 kd = tail_mask(left - 16 * w);
+                for (int ii = 0; ii < 4; ii++) {
+                    float *oi = o + (i0 + ii) * ldo + c + 16 * w;
+                    const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
+                    _mm512_mask_storeu_ps(
+                        oi, kd, _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[w][ii]));
+                }
+            }
+        }
+}
