@@ -140,6 +140,40 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Runs problem c `reps` times on a fresh context of `threads` threads created with FA_SPIN_US set
+ * to `spin`; every run must give bitwise the result on ref (1 thread). Stops at the first
+ * difference. */
+static void check_spin_pool(const tcfg *c, fa_context *ref, int threads, const char *spin,
+                            int reps) {
+    problem p;
+    problem_init(&p, c);
+    const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
+    unsigned char *o1 = malloc(ob), *l1 = malloc(lb), *on = malloc(ob), *ln = malloc(lb);
+    if (!o1 || !l1 || !on || !ln)
+        abort();
+    CHECK_EQ_INT(problem_run(&p, ref, o1, l1), FA_OK);
+    setenv("FA_SPIN_US", spin, 1);
+    fa_context_options o;
+    fa_context_options_init(&o);
+    o.num_threads = threads;
+    fa_context *ctx = NULL;
+    CHECK_EQ_INT(fa_context_create(&o, &ctx), FA_OK);
+    unsetenv("FA_SPIN_US");
+    int bad = 0;
+    for (int rep = 0; ctx && rep < reps && !bad; rep++) {
+        const fa_status st = problem_run(&p, ctx, on, ln);
+        bad = st != FA_OK || memcmp(o1, on, ob) != 0 || memcmp(l1, ln, lb) != 0;
+        CHECK_MSG(!bad, "call %d: status %s or result differs from 1 thread", rep,
+                  fa_status_name(st));
+    }
+    fa_context_destroy(ctx);
+    free(o1);
+    free(l1);
+    free(on);
+    free(ln);
+    problem_free(&p);
+}
+
 static const tcfg k_cfgs[] = {
     {"fp32 plain", 0, 2, 130, 130, 4, 2, 64, 0, -1, -1, 0, 0.0f, FA_DTYPE_F32, 0.0f},
     {"bf16 causal GQA 8/2 + ALiBi", 0, 1, 200, 260, 8, 2, 64, 1, -1, -1, 1, 0.0f, FA_DTYPE_BF16,
@@ -304,31 +338,7 @@ int main(void) {
     static const char *spins[] = {"0", "100000"};
     for (int si = 0; si < 2; si++) {
         CASE_BEGIN("FA_SPIN_US=%s: 3 threads, bitwise equal", spins[si]);
-        setenv("FA_SPIN_US", spins[si], 1);
-        e = NULL;
-        fa_context_options_init(&o);
-        o.num_threads = 3;
-        st = fa_context_create(&o, &e);
-        unsetenv("FA_SPIN_US");
-        CHECK_EQ_INT(st, FA_OK);
-        problem p;
-        problem_init(&p, &k_cfgs[0]);
-        const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
-        unsigned char *o1 = malloc(ob), *l1 = malloc(lb), *on = malloc(ob), *ln = malloc(lb);
-        if (!o1 || !l1 || !on || !ln)
-            abort();
-        CHECK_EQ_INT(problem_run(&p, ctx[1], o1, l1), FA_OK);
-        for (int rep = 0; e && rep < 3; rep++) {
-            CHECK_EQ_INT(problem_run(&p, e, on, ln), FA_OK);
-            CHECK_MSG(memcmp(o1, on, ob) == 0 && memcmp(l1, ln, lb) == 0,
-                      "run %d differs bitwise from 1 thread", rep);
-        }
-        fa_context_destroy(e);
-        free(o1);
-        free(l1);
-        free(on);
-        free(ln);
-        problem_free(&p);
+        check_spin_pool(&k_cfgs[0], ctx[1], 3, spins[si], 3);
         CASE_END();
     }
     printf("%-36s %4ld cases, %ld failed\n", "FA_NUM_THREADS, FA_SPIN_US",
@@ -349,39 +359,13 @@ int main(void) {
         int threads;
         const char *spin;
     } pools[] = {{2, "0"}, {2, "50"}, {3, "5"}, {8, "50"}};
-    for (size_t ci = 0; ci < sizeof shorts / sizeof shorts[0]; ci++) {
-        problem p;
-        problem_init(&p, &shorts[ci]);
-        const size_t ob = out_bytes(&p), lb = lse_bytes(&p);
-        unsigned char *o1 = malloc(ob), *l1 = malloc(lb), *on = malloc(ob), *ln = malloc(lb);
-        if (!o1 || !l1 || !on || !ln)
-            abort();
+    for (size_t ci = 0; ci < sizeof shorts / sizeof shorts[0]; ci++)
         for (size_t pi = 0; pi < sizeof pools / sizeof pools[0]; pi++) {
             CASE_BEGIN("%s: 500 calls on %d threads, FA_SPIN_US=%s", shorts[ci].name,
                        pools[pi].threads, pools[pi].spin);
-            CHECK_EQ_INT(problem_run(&p, ctx[1], o1, l1), FA_OK);
-            setenv("FA_SPIN_US", pools[pi].spin, 1);
-            fa_context *c = NULL;
-            fa_context_options_init(&o);
-            o.num_threads = pools[pi].threads;
-            CHECK_EQ_INT(fa_context_create(&o, &c), FA_OK);
-            unsetenv("FA_SPIN_US");
-            int bad = 0;
-            for (int rep = 0; c && rep < 500 && !bad; rep++) {
-                st = problem_run(&p, c, on, ln);
-                bad = st != FA_OK || memcmp(o1, on, ob) != 0 || memcmp(l1, ln, lb) != 0;
-                CHECK_MSG(!bad, "call %d: status %s or result differs from 1 thread", rep,
-                          fa_status_name(st));
-            }
-            fa_context_destroy(c);
+            check_spin_pool(&shorts[ci], ctx[1], pools[pi].threads, pools[pi].spin, 500);
             CASE_END();
         }
-        free(o1);
-        free(l1);
-        free(on);
-        free(ln);
-        problem_free(&p);
-    }
     printf("%-36s %4ld cases, %ld failed\n", "many short calls, bitwise",
            test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
            test_state_g_.cases_failed - f0);

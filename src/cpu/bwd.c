@@ -65,7 +65,7 @@ typedef struct bwd_scratch {
     uint32_t *Q2, *dO2; /* [Br, D/2] pairs: q (unscaled) and dout as bf16 (plan bf16 only) */
     uint32_t *Qp, *dOp; /* plan bf16 only: [Br/2, D] pairs of rows (2t, 2t + 1) of Q2, dO2 */
     uint32_t *PX, *dSX; /* plan bf16 only: [Br/2, Bc] pairs of rows of Pd, dS (as Qp) */
-    uint32_t *dS2;      /* plan bf16 only: [Br, Bc/2] dS as bf16 pairs along keys */
+    uint32_t *dS2;      /* plan bf16 only: [Br, Bc/2] dS as bf16 pairs along keys (tile()) */
     float *zeros;       /* plan bf16 only: [max(Bc, D)] a row outside the tile */
     float *P, *dS;      /* [Br, Bc] */
     float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 (plan bf16: unused) */
@@ -196,6 +196,8 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         for (int64_t j = 0; j < n; j++) ds[j] = s->praw[j] * (ds[j] - s->dlt[r]);
         if (pl->softcap_l2 != 0.0f)
             for (int64_t j = 0; j < n; j++) ds[j] *= s->dtanh[j];
+        if (pl->bf16) /* dS rounded once, for dQ's pairs along keys and dK's pairs of rows */
+            kern->to_bf16((int)n, ds, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
     }
 }
 
@@ -226,14 +228,16 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     if (rows == 0) return;
     if (pl->bf16) { /* pairs of rows (r, r + 1) from an even r; rows outside [lo, hi) count as 0 */
         const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2;
+        const uint16_t *zero = (const uint16_t *)s->zeros;
         for (int64_t t = 0; t < pairs; t++) { // PX, dSX: [pairs, nb]
             const int64_t r = r0 + 2 * t;
             const float *p0 = r >= lo ? s->P + r * FA_BC : s->zeros;
             const float *p1 = r + 1 < hi ? s->P + (r + 1) * FA_BC : s->zeros;
-            const float *d0 = r >= lo ? s->dS + r * FA_BC : s->zeros;
-            const float *d1 = r + 1 < hi ? s->dS + (r + 1) * FA_BC : s->zeros;
+            const uint16_t *ds2 = (const uint16_t *)s->dS2; // dS as bf16: [Br, Bc]
+            const uint16_t *d0 = r >= lo ? ds2 + r * FA_BC : zero;
+            const uint16_t *d1 = r + 1 < hi ? ds2 + (r + 1) * FA_BC : zero;
             kern->pair_bf16((int)nb, p0, p1, s->PX + t * FA_BC);
-            kern->pair_bf16((int)nb, d0, d1, s->dSX + t * FA_BC);
+            kern->interleave_bf16((int)nb, d0, d1, s->dSX + t * FA_BC); /* dS is bf16 already */
         }
         kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->dSX, FA_BC, s->Qp + r0 / 2 * D, D, s->ones,
                         dk, D);
@@ -261,9 +265,7 @@ static void add_dq(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D;
     if (hi == lo) return;
-    if (pl->bf16) {
-        for (int64_t r = lo; r < hi; r++) // dS2: [rows, n/2]
-            kern->to_bf16((int)n, s->dS + r * FA_BC, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
+    if (pl->bf16) { /* dS2: [rows, n/2], rounded by tile() */
         kern->pv_bf16((int)(hi - lo), (int)(n + 1) / 2, (int)D, s->dS2 + lo * (FA_BC / 2),
                       FA_BC / 2, (const uint32_t *)K, D, s->ones, dq + lo * D, D);
         return;

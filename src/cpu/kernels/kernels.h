@@ -101,6 +101,22 @@ typedef struct fa__cpu_kernels {
     float (*exp2_sum)(int n, float *x, float m);
 } fa__cpu_kernels;
 
+/* Runs CALL with FA_DT bound to dtype (f32, f16 or bf16) as a compile-time constant: a kernel
+ * written for one dtype then inlines once per dtype and picks its conversion outside its loops. */
+#define FA_BY_DTYPE(dtype, CALL)                                                                   \
+    do {                                                                                           \
+        if ((dtype) == FA_DTYPE_F32) {                                                             \
+            enum { FA_DT = FA_DTYPE_F32 };                                                         \
+            CALL;                                                                                  \
+        } else if ((dtype) == FA_DTYPE_F16) {                                                      \
+            enum { FA_DT = FA_DTYPE_F16 };                                                         \
+            CALL;                                                                                  \
+        } else {                                                                                   \
+            enum { FA_DT = FA_DTYPE_BF16 };                                                        \
+            CALL;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
 extern const fa__cpu_kernels fa__cpu_kernels_ref;
 extern const fa__cpu_kernels fa__cpu_kernels_avx2;   /* FA_HAVE_AVX2 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_avx512; /* FA_HAVE_AVX512 builds */

@@ -284,9 +284,7 @@ qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq, const void *const
 static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
                                                   int64_t ldq, const void *const *k, int32_t dtype,
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-    else if (dtype == FA_DTYPE_F16) qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-    else qk_few_dt(rows, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+    FA_BY_DTYPE(dtype, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, s, lds, pf));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. */
@@ -294,9 +292,7 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        if (dtype == FA_DTYPE_F32) qk_rows_dt(m4, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-        else if (dtype == FA_DTYPE_F16) qk_rows_dt(m4, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-        else qk_rows_dt(m4, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+        FA_BY_DTYPE(dtype, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, s, lds, pf));
         pf = NULL; /* asked for already */
     }
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
@@ -426,12 +422,7 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   int64_t ldp, const void *const *v, int32_t dtype,
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32)
-        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-    else if (dtype == FA_DTYPE_F16)
-        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-    else
-        pv_few_dt(rows, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+    FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. */
@@ -440,12 +431,7 @@ static void pv_rows_avx2(int m, int n, int d, const float *p, int64_t ldp, const
                          const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        if (dtype == FA_DTYPE_F32)
-            pv_rows_dt(m4, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-        else if (dtype == FA_DTYPE_F16)
-            pv_rows_dt(m4, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-        else
-            pv_rows_dt(m4, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+        FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
         pf = NULL; /* asked for already */
     }
     if (few)

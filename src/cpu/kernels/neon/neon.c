@@ -352,9 +352,7 @@ static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d
 
 static void qk_rows_neon(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F32, s, lds, pf);
-    else if (dtype == FA_DTYPE_F16) qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_F16, s, lds, pf);
-    else qk_rows_dt(m, n, d, q, ldq, k, FA_DTYPE_BF16, s, lds, pf);
+    FA_BY_DTYPE(dtype, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, s, lds, pf));
 }
 
 /* Rows i0..i0+TR-1 of O (TR = 4, or 2 and 1 for the last rows), columns [c, c + 16) (the last
@@ -420,9 +418,7 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
 static void pv_rows_neon(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                          int32_t dtype, const float *alpha, float *o, int64_t ldo,
                          const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F32, alpha, o, ldo, pf);
-    else if (dtype == FA_DTYPE_F16) pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_F16, alpha, o, ldo, pf);
-    else pv_rows_dt(m, n, d, p, ldp, v, FA_DTYPE_BF16, alpha, o, ldo, pf);
+    FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
 /* 4 x 4 blocks through transpose4; the ragged edges (n % 4 rows, d % 4 columns) element by
