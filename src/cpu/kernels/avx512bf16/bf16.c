@@ -28,15 +28,15 @@ static inline __mmask16 tail_mask(int left) {
 
 /* One MR x 32 tile: C = (beta ? diag(beta) C : 0) + scale A B. k counts pairs; A's pair (i, t)
  * is a[i * lda + t], or a[t * lda + i] when at (A transposed; a constant). Inlined into panel(),
- * so whole panels run with constant masks: plain loads and stores. A C that is read is asked for
- * first: the backward's dK, dV sums come from L2 or L3, and their loads stalled the epilogue
- * (18% of the transposed product's samples at S = 4096, D = 128). */
+ * so whole panels run with constant masks: plain loads and stores. The transposed product's C (the
+ * backward's dK, dV sums, which come from L2 or L3) is asked for before the k loop: its loads
+ * stalled the epilogue (18% of the product's samples at S = 4096, D = 128). */
 #define FA_BF16_TILE(MR)                                                                           \
     FA_INLINE void tile_##MR(int k, const uint32_t *a, int64_t lda, const int at,                  \
                              const uint32_t *b, int64_t ldb, const float *beta, float scale,       \
                              float *c, int64_t ldc, __mmask16 m0, __mmask16 m1) {                  \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                  \
-        if (beta)                                                                                  \
+        if (at && beta)                                                                            \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
                 _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);                            \
                 _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);                       \
