@@ -32,6 +32,9 @@ static inline __m256i lanes(int left) {
         int k, const float *a, int64_t lda, const int AT, const float *b, int64_t ldb,             \
         const float *beta, float *c, int64_t ldc, __m256i k0, __m256i k1, const int full) {        \
         __m256 acc[MR][2]; /* C tile: [MR, 16] */                                                 \
+        if (AT && beta) /* the backward's dK, dV sums, from L2 or L3: asked for first */           \
+            _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++)                                   \
+                _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);                            \
         _Pragma("GCC unroll 8") for (int i = 0; i < MR; i++) {                                     \
             acc[i][0] = _mm256_setzero_ps();                                                       \
             acc[i][1] = _mm256_setzero_ps();                                                       \
