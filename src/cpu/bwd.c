@@ -55,6 +55,7 @@ typedef struct bwd_plan {
     float *scratch;             /* [threads][scratch_floats] */
     size_t scratch_floats;
     int bf16;                   /* bf16 inputs, bf16 dot product: every product on bf16 pairs */
+    int pair_step;              /* bf16 without dropout or softcap: tile() calls bwd_pair_bf16 */
     float *head;                /* fused only: [threads][head_floats] */
     size_t head_floats;
 } bwd_plan;
@@ -172,12 +173,37 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
     }
 }
 
+/* The bf16 step without dropout or softcap (plan pair_step), from S (masked) and dP in s->P and
+ * s->dS over rows [lo, hi) and n keys: dS as bf16 in s->dS2, and when dkdv, Pd and dS as pairs
+ * of rows (r, r + 1) from an even r in s->PX, s->dSX (a row outside [lo, hi) counts as 0). */
+static void pair_step(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t n,
+                      int dkdv) {
+    const int64_t r0 = lo & ~(int64_t)1;
+    for (int64_t r = r0; r < hi; r += 2) {
+        const float *sc[2] = {NULL, NULL}, *dp[2] = {NULL, NULL};
+        float lse[2] = {0.0f, 0.0f}, dlt[2] = {0.0f, 0.0f};
+        uint16_t *ds2[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            const int64_t row = r + k;
+            if (row < lo || row >= hi) continue;
+            sc[k] = s->P + row * FA_BC, dp[k] = s->dS + row * FA_BC;
+            lse[k] = s->lse2[row], dlt[k] = s->dlt[row];
+            ds2[k] = (uint16_t *)(s->dS2 + row * (FA_BC / 2));
+        }
+        const int64_t t = (r - r0) / 2;
+        pl->kern->bwd_pair_bf16((int)n, sc, dp, lse, dlt, ds2, dkdv ? s->PX + t * FA_BC : NULL,
+                                dkdv ? s->dSX + t * FA_BC : NULL);
+    }
+}
+
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
- * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. */
+ * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. Plan bf16:
+ * also dS as bf16 in s->dS2; plan pair_step: only that, and when dkdv the pairs add_dkdv takes,
+ * in place of the fp32 Pd and dS. */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
                  int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
-                 int64_t *hi) {
+                 int64_t *hi, int dkdv) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
@@ -196,6 +222,13 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
                  FA_BC);
     }
     const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+    if (pl->pair_step) { /* the masks and ALiBi, then one step per pair of rows */
+        for (int64_t r = r0; r < *hi; r++)
+            fa__score_epilogue(p, 0.0f, s->P + r * FA_BC, n, i0 + r, j0, off, sk, b, h, masked,
+                               NULL);
+        pair_step(pl, s, r0, *hi, n, dkdv);
+        return;
+    }
     for (int64_t r = r0; r < *hi; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
         fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
@@ -239,7 +272,7 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     if (pl->bf16) { /* pairs of rows (r, r + 1) from an even r; rows outside [lo, hi) count as 0 */
         const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2;
         const uint16_t *zero = (const uint16_t *)s->zeros;
-        for (int64_t t = 0; t < pairs; t++) { // PX, dSX: [pairs, nb]
+        for (int64_t t = 0; t < pairs && !pl->pair_step; t++) { // PX, dSX: [pairs, nb]
             const int64_t r = r0 + 2 * t;
             const float *p0 = r >= lo ? s->P + r * FA_BC : s->zeros;
             const float *p1 = r + 1 < hi ? s->P + (r + 1) * FA_BC : s->zeros;
@@ -398,7 +431,7 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
                     np = part_keys(p, i0, nr, jp, jb + nb - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - jb);
                     int64_t lo, hi;
-                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &lo, &hi);
+                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &lo, &hi, 1);
                     add_dkdv(pl, &s, lo, hi, np, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * D);
                 }
             }
@@ -437,7 +470,7 @@ static void dq_task(void *arg, int64_t task, int worker) {
         for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
             np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
             int64_t lo, hi;
-            tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &lo, &hi);
+            tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &lo, &hi, 0);
             add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
         }
     }
@@ -528,7 +561,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
                     np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - j0);
                     int64_t lo, hi;
-                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &lo, &hi);
+                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &lo, &hi, 1);
                     add_dkdv(pl, &s, lo, hi, np, dk + jp * D, dv + jp * D);
                     add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
                 }
@@ -554,6 +587,8 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     bwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
     pl.bf16 = p->q.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 != NULL;
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
+    pl.pair_step = pl.bf16 && pl.kern->bwd_pair_bf16 != NULL && p->dropout_p == 0.0f &&
+                   pl.softcap_l2 == 0.0f;
 
     bwd_scratch probe;
     pl.scratch_floats = carve(&probe, NULL, p->D, pl.bf16);

@@ -85,6 +85,7 @@ static void add_bf16(void) {
         with_bf16.to_bf16 = fa__to_bf16_avx512;
         with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
         with_bf16.pair_bf16 = fa__pair_bf16_avx512;
+        with_bf16.bwd_pair_bf16 = fa__bwd_pair_bf16_avx512;
         with_bf16.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
         with_bf16.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
         chosen = &with_bf16;

@@ -96,6 +96,16 @@ typedef struct fa__cpu_kernels {
     /* dst[t] = bf16(a[t]) | bf16(b[t]) << 16, rounded as to_bf16: two fp32 rows as pairs. */
     void (*pair_bf16)(int n, const float *a, const float *b, uint32_t *dst);
 
+    /* The bf16 backward's step on rows (r, r + 1) of a tile, n keys each: P = 2^(S - lse) (as
+     * exp2_sum) and dS = P∘(dP - Δ), both rounded to bf16 as to_bf16 rounds; ds2[k] gets row
+     * k's dS (n bf16, a zero after an odd n), px and dsx the two rows' P and dS as pairs (as
+     * pair_bf16 writes them). s, dp: the rows' scores and dP (s[k] NULL: row k is outside the
+     * tile's rows and counts as 0); lse, dlt: [2]; ds2[k], px, dsx NULL: not written. NULL where
+     * a set has none (the separate steps serve then). */
+    void (*bwd_pair_bf16)(int n, const float *const s[2], const float *const dp[2],
+                          const float lse[2], const float dlt[2], uint16_t *const ds2[2],
+                          uint32_t *px, uint32_t *dsx);
+
     /* x[i] = 2^(x[i] - m) in place, returning the sum. x[i] = -INFINITY or m = +INFINITY gives
      * 0, never NaN; x[i] - m <= 0 is all the callers need. */
     float (*exp2_sum)(int n, float *x, float m);
@@ -133,6 +143,9 @@ void fa__pv_bf16_t_avx512(int m, int n2, int d, const uint32_t *pt, int64_t ldp,
 void fa__to_bf16_avx512(int n, const float *x, uint16_t *y);
 void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst);
 void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst);
+void fa__bwd_pair_bf16_avx512(int n, const float *const s[2], const float *const dp[2],
+                              const float lse[2], const float dlt[2], uint16_t *const ds2[2],
+                              uint32_t *px, uint32_t *dsx);
 void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
                              const void *const *k, float scale, float *s, int64_t lds,
                              const fa__prefetch *pf);

@@ -13,6 +13,7 @@
  */
 #include "../kernels.h"
 #include "decode_common.h"
+#include "exp2.h"
 
 #include "flashattn.h"
 
@@ -491,29 +492,12 @@ static float row_max_avx512(int n, const float *x) {
     return _mm512_reduce_max_ps(mx);
 }
 
-/* 2^x for x <= 128, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6
- * polynomial, times 2^n by vscalefps. x is clamped at -200, where 2^n underflows to +0, so
- * -inf gives exactly 0 and never NaN. */
-static inline __m512 exp2_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
-    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.5345810970757157e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3399932067841291e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618489071726799e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550328642129898e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022646248340607e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471824645996e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
 static float exp2_sum_avx512(int n, float *x, float m) {
     const __m512 vm = _mm512_set1_ps(m);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
         const __mmask16 k = tail_mask(n - j);
-        const __m512 e = exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm));
+        const __m512 e = fa__exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm));
         _mm512_mask_storeu_ps(x + j, k, e);
         sum = _mm512_mask_add_ps(sum, k, sum, e);
     }

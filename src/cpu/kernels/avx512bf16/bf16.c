@@ -15,6 +15,7 @@
  * pair per row.
  */
 #include "../avx512/decode_common.h"
+#include "../avx512/exp2.h"
 #include "../kernels.h"
 
 #include <immintrin.h>
@@ -274,4 +275,39 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                 }
             }
         }
+}
+
+/* Two rows of 16 bf16 as 16 pairs: lo | hi << 16. */
+static inline __m512i pairs16(__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
+/* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
+ * in the same order as exp2_sum, the dS loop, to_bf16, pair_bf16 and interleave_bf16 one after
+ * the other, so the bits are theirs. */
+void fa__bwd_pair_bf16_avx512(int n, const float *const s[2], const float *const dp[2],
+                              const float lse[2], const float dlt[2], uint16_t *const ds2[2],
+                              uint32_t *px, uint32_t *dsx) {
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        __m256i hp[2], hd[2]; /* bf16 of P and dS, per row */
+        for (int r = 0; r < 2; r++) {
+            if (!s[r]) { /* a row outside the tile's: 0 */
+                hp[r] = hd[r] = _mm256_setzero_si256();
+                continue;
+            }
+            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s[r] + j), _mm512_set1_ps(lse[r]));
+            const __m512 pr = fa__exp2_ps(x); // P = 2^(S - lse)
+            const __m512 dpr = _mm512_maskz_loadu_ps(k, dp[r] + j);
+            const __m512 dsr = _mm512_mul_ps(pr, _mm512_sub_ps(dpr, _mm512_set1_ps(dlt[r])));
+            hp[r] = (__m256i)_mm512_cvtneps_pbh(pr);
+            hd[r] = (__m256i)_mm512_cvtneps_pbh(dsr);
+            if (ds2[r]) _mm256_mask_storeu_epi16(ds2[r] + j, k, hd[r]);
+        }
+        if (px) _mm512_mask_storeu_epi32(px + j, k, pairs16(hp[0], hp[1]));
+        if (dsx) _mm512_mask_storeu_epi32(dsx + j, k, pairs16(hd[0], hd[1]));
+    }
+    if (n & 1) /* dS as pairs along keys: an odd row ends on a zero */
+        for (int r = 0; r < 2; r++)
+            if (ds2[r]) ds2[r][n] = 0;
 }
