@@ -205,22 +205,6 @@ def scaled_err(got, ref):
     return float((got - ref).abs().max()) / max(1.0, float(ref.abs().max()))
 
 
-def timed(fn, runs, long_run_s):
-    """Medians of `runs` calls after a first (warm-up) call; a first call over long_run_s is the
-    only one. Returns (median seconds, runs)."""
-    t0 = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t0
-    if first > long_run_s:
-        return first, 1
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), runs
-
-
 def run_config(torch, kind, fa, cfg, args):
     B, H, S, D = args.batch, args.heads, cfg["S"], cfg["D"]
     causal, bwd = cfg["causal"], cfg["pass"] == "bwd"
@@ -280,8 +264,15 @@ def run_config(torch, kind, fa, cfg, args):
             "torch_runs": nt}
 
 
+# Idle seconds before each timed call: torch's OpenMP threads keep spinning for a while after
+# a call, and ran into flashattn's next call on a 2-core machine (its 2048 x 128 bf16 backward
+# took 246 ms right after torch's, 236 ms alone).
+SETTLE_S = 0.1
+
+
 def interleave(f_call, t_call, args):
-    """Warm-up both, then alternate timed calls; medians. Long first calls are used alone."""
+    """Warm-up both, then alternate timed calls, each after SETTLE_S idle; medians. Long first
+    calls are used alone."""
     firsts = []
     for fn in (f_call, t_call):
         t0 = time.perf_counter()
@@ -292,10 +283,12 @@ def interleave(f_call, t_call, args):
     tf, tt = [], []
     for i in range(max(nf, nt)):
         if i < nf:
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             f_call()
             tf.append(time.perf_counter() - t0)
         if i < nt:
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             t_call()
             tt.append(time.perf_counter() - t0)
@@ -394,7 +387,9 @@ def main(argv):
     print(f"time:      median of {runs} runs after a checking warm-up run (outputs agree: "
           f"max|diff|/max(1,max|torch|) <= {TOL['fp32']:g} fp32, {TOL['bf16']:g} bf16);")
     print(f"           a first run over {args.long_run:g} s is the only one; backward = "
-          "autograd.grad of a kept graph")
+          "autograd.grad of a kept graph;")
+    print(f"           the two alternate, each timed call after {SETTLE_S:g} s idle (torch's "
+          "OpenMP threads spin for a while after its calls)")
     print("ratio:     flashattn time / torch time: below 1 = flashattn faster\n")
     print("pass dtype   D causal     S |  flash ms  GFLOP/s |  torch ms  GFLOP/s | "
           "flash/torch    err")
