@@ -27,6 +27,8 @@
  * from the inputs (exact products), dV, dK and dQ from Pd and dS rounded to bf16, as flash-attn
  * and PyTorch round them. dK and dV read Pdᵀ and dSᵀ as pairs of query rows (r, r + 1), built
  * from rows aligned to the query block; a row of a pair outside the tile's rows counts as 0.
+ * Without dropout or softcap one kernel step per pair of rows (bwd_pair_bf16) turns S and dP
+ * into those pairs and dS's bf16 rows, bitwise as the separate steps do.
  */
 #include "cpu.h"
 #include "tile.h"
