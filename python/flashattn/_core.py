@@ -179,6 +179,8 @@ def call_device(named):
     every tensor must be on one device, except cu_seqlens, which may also be on the CPU.
     Checked here, before the C call, so the error names the tensors."""
     present = [(n, t) for n, t in named if t is not None]
+    if all(t.device == _lib.DEVICE_CPU for _, t in present):  # the common case, in one pass
+        return _lib.DEVICE_CPU, 0
     main = next(((n, t) for n, t in present if n not in _HOST_OK), None)
     if main is None:
         return _lib.DEVICE_CPU, 0

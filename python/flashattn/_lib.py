@@ -283,11 +283,23 @@ _F32_MAX = 3.4028234663852886e38
 _F32_MIN_SUBNORMAL = 1.401298464324817e-45
 
 
+# The bytes fa_params_init / fa_kvcache_init write into a zeroed _PARAMS_BUFFER, taken once per
+# loaded library: a short call (a decode step) then copies them instead of calling into C.
+_init_bytes = {}
+
+
+def _inited(init):
+    got = _init_bytes.get(init)
+    if got is None:
+        buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
+        getattr(lib(), init)(buf)
+        got = _init_bytes[init] = buf.raw
+    return got
+
+
 def params_struct_size():
     """sizeof(fa_params) as the loaded library's fa_params_init reports it."""
-    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
-    lib().fa_params_init(buf)
-    return Params.from_buffer(buf).struct_size
+    return Params.from_buffer_copy(_inited("fa_params_init")).struct_size
 
 
 def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
@@ -298,9 +310,7 @@ def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, so
     explicit 0.0 is passed as the smallest positive float, which gives the same (uniform)
     probabilities. alibi is a Tensor or None. cuda_stream is a cudaStream_t as an int (None or 0:
     the legacy default stream); it needs a library that knows the field."""
-    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
-    L = lib()
-    L.fa_params_init(buf)
+    buf = ctypes.create_string_buffer(_inited("fa_params_init"), _PARAMS_BUFFER)
     p = Params.from_buffer(buf)
     if p.struct_size < PARAMS_SIZE_V1 or p.struct_size > _PARAMS_BUFFER:
         raise FlashAttnRuntimeError(
@@ -377,8 +387,7 @@ def kvcache(fields):
         raise FlashAttnRuntimeError(
             f"flashattn: the loaded library ({_lib_path}, version {version()}) has no "
             f"fa_forward_kvcache; flash_attn_with_kvcache needs a newer libflashattn")
-    buf = ctypes.create_string_buffer(_PARAMS_BUFFER)
-    lib().fa_kvcache_init(buf)
+    buf = ctypes.create_string_buffer(_inited("fa_kvcache_init"), _PARAMS_BUFFER)
     kv = KvCache.from_buffer(buf)
     if kv.struct_size < ctypes.sizeof(KvCache) or kv.struct_size > _PARAMS_BUFFER:
         raise FlashAttnRuntimeError(

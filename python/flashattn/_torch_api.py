@@ -55,10 +55,9 @@ class TorchBackend:
             raise _core._dtype_error(name, x.dtype, wanted or TorchBackend.float_types)
         if x.dim() > _lib.MAX_DIMS:
             raise FlashAttnValueError(f"{name}: {x.dim()} dimensions; at most {_lib.MAX_DIMS}")
-        dev = x.device
-        if dev.type == "cpu":
+        if x.is_cpu:  # (x.device.type costs more than the rest of the checks)
             device, index = _lib.DEVICE_CPU, 0
-        elif dev.type == "cuda":
+        elif (dev := x.device).type == "cuda":
             # Device memory: the library runs the call through its CUDA plug-in (or answers
             # FA_ERR_DEVICE when the plug-in or the driver is missing).
             device, index = _lib.DEVICE_CUDA, dev.index if dev.index is not None else 0
@@ -68,8 +67,8 @@ class TorchBackend:
                 f"CUDA plug-in)")
         if x.is_neg():
             x = x.resolve_neg()
-        t = _lib.Tensor.make(x.data_ptr() if x.numel() else None, code, tuple(x.shape),
-                             x.stride(), device, index)
+        t = _lib.Tensor.make(x.data_ptr() if x.numel() else None, code, x.shape, x.stride(),
+                             device, index)
         return t, x
 
     @staticmethod
