@@ -201,8 +201,8 @@ static void pair_step(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int6
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
  * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. Plan bf16:
- * also dS as bf16 in s->dS2; plan pair_step: only that, and when dkdv the pairs add_dkdv takes,
- * in place of the fp32 Pd and dS. */
+ * also dS as bf16 in s->dS2. Plan pair_step: dS2 and, when dkdv, the pairs add_dkdv takes, in
+ * place of the fp32 Pd and dS (s->P and s->dS are left holding S and dP). */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
                  int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
                  int64_t *hi, int dkdv) {

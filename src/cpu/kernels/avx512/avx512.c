@@ -37,7 +37,7 @@ static inline __mmask16 tail_mask(int left) {
                              int64_t ldb, const float *beta, float *c, int64_t ldc, __mmask16 m0,  \
                              __mmask16 m1) {                                                       \
         __m512 acc[MR][2]; /* C tile: [MR, 32] */                                                  \
-        if (AT && beta) /* the backward's dK, dV sums: asked for first, as bf16.c's tiles do */     \
+        if (AT && beta) /* the backward's dK, dV sums: asked for first, as in bf16.c */            \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                \
                 _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);                            \
                 _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);                       \

@@ -11,6 +11,7 @@
  *         rows, read in place from two rows interleaved).
  *   qk_rows: decode's S = scale · Q Kᵀ with K rows read in place by pointer: a bf16 row is its
  *         own [d2] pairs along d, so no packing or conversion.
+ * and the backward's step between its products (bwd_pair_bf16): P, dS and their bf16 pairs.
  * The tiles are those of avx512.c: MR rows x 32 columns in 2·MR zmm accumulators, one broadcast
  * pair per row.
  */
@@ -279,7 +280,8 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
 
 /* Two rows of 16 bf16 as 16 pairs: lo | hi << 16. */
 static inline __m512i pairs16(__m256i lo, __m256i hi) {
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
 }
 
 /* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
@@ -296,7 +298,8 @@ void fa__bwd_pair_bf16_avx512(int n, const float *const s[2], const float *const
                 hp[r] = hd[r] = _mm256_setzero_si256();
                 continue;
             }
-            const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s[r] + j), _mm512_set1_ps(lse[r]));
+            const __m512 x =
+                _mm512_sub_ps(_mm512_maskz_loadu_ps(k, s[r] + j), _mm512_set1_ps(lse[r]));
             const __m512 pr = fa__exp2_ps(x); // P = 2^(S - lse)
             const __m512 dpr = _mm512_maskz_loadu_ps(k, dp[r] + j);
             const __m512 dsr = _mm512_mul_ps(pr, _mm512_sub_ps(dpr, _mm512_set1_ps(dlt[r])));
