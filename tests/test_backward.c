@@ -490,6 +490,9 @@ static void group_large(void) {
         {70, 70, 2, 1, 256, 1, -1, -1, 0, 0.0f},
         {1, 400, 8, 2, 64, 0, -1, -1, 0, 0.0f}, /* decode-like */
         {400, 3, 2, 1, 64, 1, -1, -1, 1, 0.0f}, /* most rows masked */
+        /* 2048 query rows or more: tiles of 252 rows (bwd.c), the last one partial */
+        {2050, 2050, 1, 1, 16, 1, -1, -1, 0, 0.0f},
+        {2100, 260, 2, 1, 24, 0, 64, 16, 1, 0.0f},
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
         bcfg c = bc_cfg(1, big[i].Sq, big[i].Sk, big[i].H, big[i].Hk, big[i].D);
@@ -562,6 +565,10 @@ static void group_schedules(void) {
     c.lk = TU_INNER2;
     c.wr = 0;
     bc_determinism_case("fp32 K inner stride 2, window right 0", c);
+    c = bc_cfg(1, 2100, 300, 2, 1, 32); /* tiles of 252 rows */
+    c.dtype = FA_DTYPE_BF16;
+    c.causal = 1;
+    bc_determinism_case("bf16 causal Sq = 2100 > Sk", c);
 }
 
 static void group_dropout(void) {
@@ -665,6 +672,17 @@ static void group_varlen(void) {
             c.ldq = c.ldk = c.ldv = TU_STRIDED;
             break;
         }
+        failed += run_all_dtypes(c, &n);
+    }
+    { /* one sequence of 2048 rows gives every sequence tiles of 252 rows (bwd.c) */
+        bcfg c = bc_cfg(0, 0, 0, 2, 1, 16);
+        static const int32_t sq[3] = {2048, 7, 300}, sk[3] = {90, 33, 300};
+        c.nseq = 3;
+        memcpy(c.seq_q, sq, sizeof sq);
+        memcpy(c.seq_k, sk, sizeof sk);
+        c.causal = 1;
+        c.lead_q = 1;
+        c.tail_k = 2;
         failed += run_all_dtypes(c, &n);
     }
     /* only empty sequences, and no sequence at all: every gradient row is outside */
