@@ -426,14 +426,15 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
                             return_softmax_lse=False):
     """→ (out, softmax_lse) through fa_forward_kvcache; k/v (if given) are appended to
-    k_cache/v_cache in place first. cache_seqlens: None, an int, or a (B,) int32 array."""
+    k_cache/v_cache in place first. cache_seqlens: None, an int, or a (B,) int32 array.
+    softmax_lse is None unless return_softmax_lse (the library then writes none)."""
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     _rank_check(k_cache, "k_cache", (4,),
                 "(batch_cache, seqlen_cache, nheads_k, headdim) or paged (num_blocks, "
                 "page_block_size, nheads_k, headdim)")
     B, Sq, H, D = q.shape
     out = bk.empty((B, Sq, H, D), like=q)
-    lse = bk.empty((B, H, Sq), like=q, dtype="f32")
+    lse = bk.empty((B, H, Sq), like=q, dtype="f32") if return_softmax_lse else None
     append = k is not None or v is not None
     fields, keep = {}, []
 
@@ -467,7 +468,11 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     fields["rotary_interleaved"] = 1 if rotary_interleaved else 0
     fields["num_splits"] = int(num_splits)
     kv = _lib.kvcache(fields)
-    (tq, to, tl), keep2 = _views(bk, [("q", q), ("out", out), ("softmax_lse", lse)])
+    (tq, to), keep2 = _views(bk, [("q", q), ("out", out)])
+    tl = None
+    if lse is not None:
+        tl, kl = bk.view(lse, "softmax_lse")
+        keep2.append(kl)
     named = [("q", tq), ("out", to), ("softmax_lse", tl)]
     named += [(n, t) for n, t in fields.items() if isinstance(t, _lib.Tensor)]
     p = _params(bk, 0.0, softmax_scale, causal, window_size[0], window_size[1], softcap,

@@ -319,12 +319,23 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              window_size_left: int, window_size_right: int, softcap: float,
              rotary_interleaved: bool, alibi_slopes: Optional[torch.Tensor], num_splits: int
              ) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                         cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
+                         causal, window_size_left, window_size_right, softcap, rotary_interleaved,
+                         alibi_slopes, num_splits, True)
+
+
+def _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
+                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                  window_size_left, window_size_right, softcap, rotary_interleaved, alibi_slopes,
+                  num_splits, want_lse):
+    """_kvcache's work; a plain eager call that returns no lse (want_lse False) skips it."""
     if cache_seqlens is None and cache_seqlen >= 0:
         cache_seqlens = cache_seqlen
     return _core.flash_attn_with_kvcache(
         _TB, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, (window_size_left, window_size_right),
-        softcap, rotary_interleaved, alibi_slopes, num_splits)
+        softcap, rotary_interleaved, alibi_slopes, num_splits, want_lse)
 
 
 def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
@@ -427,7 +438,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             window_size[0], window_size[1], softcap, rotary_interleaved, alibi_slopes, num_splits)
     if _plain_eager((q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes)):
-        out, lse = _kvcache(*args)
+        out, lse = _kvcache_call(*args, return_softmax_lse)
         if k is not None or v is not None:  # written in place, as the op would record
             torch.autograd.graph.increment_version(k_cache)
             torch.autograd.graph.increment_version(v_cache)

@@ -304,7 +304,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         out, lse = _core.flash_attn_with_kvcache(
             _NP, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
             cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
-            softcap, rotary_interleaved, alibi_slopes, num_splits)
+            softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
         return (out, lse) if return_softmax_lse else out
     return _torch_for(q, "q").flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
