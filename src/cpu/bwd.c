@@ -47,7 +47,8 @@ enum {
     FA_BR_LONG = 252,
     FA_BR_LONG_FROM = 2048,
     FA_ONES = FA_BR_LONG > (int)FA_BC ? FA_BR_LONG : (int)FA_BC, /* length of the ones vector */
-    FA_FUSED_TASKS = 2 /* fused when every thread gets at least this many (b, hk) tasks */
+    FA_FUSED_TASKS = 2, /* fused when every thread gets at least this many (b, hk) tasks */
+    FA_DELTA_AHEAD = 16 /* rows of out and dout the Δ pass asks for ahead of its reads */
 };
 
 /* Most floats of per-thread head scratch the fused schedule may take (64 MiB). */
@@ -133,7 +134,14 @@ static void delta_task(void *arg, int64_t task, int worker) {
     const int64_t b = fa__task_batch(pl->start[0], p->B, task);
     const int64_t h = task - pl->start[0][b], rq = fa__row0_q(p, b), D = p->D;
     float *o = pl->scratch + (size_t)worker * pl->scratch_floats, *d = o + fa__round_up((size_t)D);
-    for (int64_t i = 0; i < fa__seqlen_q(p, b); i++) {
+    const int64_t sq = fa__seqlen_q(p, b);
+    for (int64_t i = 0; i < sq; i++) {
+        const int64_t next = i + FA_DELTA_AHEAD, left = sq - next; /* rows a head apart: asked */
+        if (i % FA_DELTA_AHEAD == 0 && left > 0) {                  /* for a group ahead */
+            const int64_t n = left < FA_DELTA_AHEAD ? left : FA_DELTA_AHEAD;
+            fa__prefetch_block(&p->out, b, rq + next, n, h, D);
+            fa__prefetch_block(&p->dout, b, rq + next, n, h, D);
+        }
         load_row(pl, o, fa__elem(&p->out, b, rq + i, h), &p->out, 1.0f);
         load_row(pl, d, fa__elem(&p->dout, b, rq + i, h), &p->dout, 1.0f);
         float part[16] = {0}, acc = 0.0f; /* 16 running sums, which the compiler vectorizes */
