@@ -521,7 +521,7 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             bk, q[qs:qe][None], k, v, cache_seqlens=ck[b + 1] - ck[b],
             block_table=block_table[b:b + 1], softmax_scale=softmax_scale, causal=causal,
             window_size=(window_size_left, window_size_right), softcap=softcap,
-            alibi_slopes=slopes)
+            alibi_slopes=slopes, return_softmax_lse=True)
         bk.copy(out[qs:qe], o_b[0])
         bk.copy(lse[:, qs:qe], l_b[0])
     # return_softmax is only asked for with dropout, which the paged path refuses above.
