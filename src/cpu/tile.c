@@ -171,10 +171,11 @@ void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_
         for (int64_t j = 0; j < n; j++)
             s[j] = (float)((double)s[j] - slope * fabs((double)(i + off - (j0 + j))));
     }
-    if (masked) {
-        const int64_t lo = fa__key_lo(p, i, off), hi = fa__key_hi(p, i, off, sk);
-        for (int64_t j = 0; j < n; j++)
-            if (j0 + j < lo || j0 + j >= hi) s[j] = -INFINITY;
+    if (masked) { /* keys [lo, hi) stay: the rest of the block, two runs at most, is masked */
+        const int64_t lo = fa__key_lo(p, i, off) - j0, hi = fa__key_hi(p, i, off, sk) - j0;
+        const int64_t a = lo < 0 ? 0 : lo < n ? lo : n, e = hi < a ? a : hi < n ? hi : n;
+        for (int64_t j = 0; j < a; j++) s[j] = -INFINITY;
+        for (int64_t j = e; j < n; j++) s[j] = -INFINITY;
     }
 }
 
