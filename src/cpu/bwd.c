@@ -213,11 +213,28 @@ static void pair_step(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int6
     }
 }
 
+/* The pairs add_dkdv takes after the separate steps (plan bf16, not pair_step): Pd and dS as
+ * pairs of rows (r, r + 1) from an even r in s->PX, s->dSX, over rows [lo, hi) and n keys (a row
+ * outside them counts as 0). */
+static void pair_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t n) {
+    const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2;
+    const uint16_t *zero = (const uint16_t *)s->zeros, *ds2 = (const uint16_t *)s->dS2;
+    for (int64_t t = 0; t < pairs; t++) { // PX, dSX: [pairs, n]
+        const int64_t r = r0 + 2 * t;
+        const float *p0 = r >= lo ? s->P + r * FA_BC : s->zeros;
+        const float *p1 = r + 1 < hi ? s->P + (r + 1) * FA_BC : s->zeros;
+        const uint16_t *d0 = r >= lo ? ds2 + r * FA_BC : zero; // dS as bf16: [Br, Bc]
+        const uint16_t *d1 = r + 1 < hi ? ds2 + (r + 1) * FA_BC : zero;
+        pl->kern->pair_bf16((int)n, p0, p1, s->PX + t * FA_BC);
+        pl->kern->interleave_bf16((int)n, d0, d1, s->dSX + t * FA_BC); /* dS is bf16 already */
+    }
+}
+
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
  * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. Plan bf16:
- * also dS as bf16 in s->dS2. Plan pair_step: dS2 and, when dkdv, the pairs add_dkdv takes, in
- * place of the fp32 Pd and dS (s->P and s->dS are left holding S and dP). */
+ * also dS as bf16 in s->dS2 and, when dkdv, the pairs add_dkdv takes in s->PX, s->dSX; plan
+ * pair_step: only those, in place of the fp32 Pd and dS (s->P, s->dS keep S and dP). */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
                  int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
                  int64_t *hi, int dkdv) {
@@ -259,6 +276,7 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         if (pl->bf16) /* dS rounded once, for dQ's pairs along keys and dK's pairs of rows */
             kern->to_bf16((int)n, ds, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
     }
+    if (pl->bf16 && dkdv) pair_rows(pl, s, r0, *hi, n);
 }
 
 /* Floats between packed blocks of Kᵀ or Vᵀ ([D, Bc] each). */
@@ -287,18 +305,7 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     const int64_t D = pl->p->D, rows = hi - lo;
     if (rows == 0) return;
     if (pl->bf16) { /* pairs of rows (r, r + 1) from an even r; rows outside [lo, hi) count as 0 */
-        const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2;
-        const uint16_t *zero = (const uint16_t *)s->zeros;
-        for (int64_t t = 0; t < pairs && !pl->pair_step; t++) { // PX, dSX: [pairs, nb]
-            const int64_t r = r0 + 2 * t;
-            const float *p0 = r >= lo ? s->P + r * FA_BC : s->zeros;
-            const float *p1 = r + 1 < hi ? s->P + (r + 1) * FA_BC : s->zeros;
-            const uint16_t *ds2 = (const uint16_t *)s->dS2; // dS as bf16: [Br, Bc]
-            const uint16_t *d0 = r >= lo ? ds2 + r * FA_BC : zero;
-            const uint16_t *d1 = r + 1 < hi ? ds2 + (r + 1) * FA_BC : zero;
-            kern->pair_bf16((int)nb, p0, p1, s->PX + t * FA_BC);
-            kern->interleave_bf16((int)nb, d0, d1, s->dSX + t * FA_BC); /* dS is bf16 already */
-        }
+        const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2; /* PX, dSX from tile() */
         kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->dSX, FA_BC, s->Qp + r0 / 2 * D, D, s->ones,
                         dk, D);
         kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->PX, FA_BC, s->dOp + r0 / 2 * D, D,

@@ -168,12 +168,17 @@ void fa__to_bf16_avx512(int n, const float *x, uint16_t *y) {
     if (n & 1) y[n] = 0;
 }
 
+/* Two rows of 16 bf16 as 16 pairs: lo | hi << 16. */
+static inline __m512i pairs16(__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+}
+
 void fa__interleave_bf16_avx512(int n, const uint16_t *a, const uint16_t *b, uint32_t *dst) {
     for (int t = 0; t < n; t += 16) {
         const __mmask16 k = tail_mask(n - t);
-        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a + t));
-        const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, b + t));
-        _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        _mm512_mask_storeu_epi32(dst + t, k, pairs16(_mm256_maskz_loadu_epi16(k, a + t),
+                                                     _mm256_maskz_loadu_epi16(k, b + t)));
     }
 }
 
@@ -182,8 +187,7 @@ void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst) 
         const __mmask16 k = tail_mask(n - t);
         const __m256i ha = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, a + t));
         const __m256i hb = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, b + t));
-        const __m512i lo = _mm512_cvtepu16_epi32(ha), hi = _mm512_cvtepu16_epi32(hb);
-        _mm512_mask_storeu_epi32(dst + t, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        _mm512_mask_storeu_epi32(dst + t, k, pairs16(ha, hb));
     }
 }
 
@@ -276,12 +280,6 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                 }
             }
         }
-}
-
-/* Two rows of 16 bf16 as 16 pairs: lo | hi << 16. */
-static inline __m512i pairs16(__m256i lo, __m256i hi) {
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
-                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
 }
 
 /* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
