@@ -493,9 +493,14 @@ static inline float hsum(__m256 v) {
 
 static float row_max_avx2(int n, const float *x) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    __m256 mx = ninf;
+    __m256 mx = ninf, mx1 = ninf; /* two chains: a row is only 16 vectors */
     int j = 0;
-    for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + j));
+    for (; j + 16 <= n; j += 16) {
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + j));
+        mx1 = _mm256_max_ps(mx1, _mm256_loadu_ps(x + j + 8));
+    }
+    mx = _mm256_max_ps(mx, mx1);
+    if (j + 8 <= n) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + j)), j += 8;
     if (j < n) { /* the tail */
         const __m256i k = lanes(n - j);
         const __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + j, k), _mm256_castsi256_ps(k));
@@ -505,11 +510,11 @@ static float row_max_avx2(int n, const float *x) {
 }
 
 /* 2^x for x <= 127, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6
- * polynomial, times 2^n built in the exponent bits. Below -126 the result is flushed to 0, so
- * -inf gives exactly 0 and never NaN. */
+ * polynomial, times 2^n built in the exponent bits. x is clamped to -127 first, where n = -127
+ * builds the exponent bits 0, a factor of exactly 0: below -126.5 the result is 0, so -inf
+ * gives exactly 0 and never NaN. */
 static inline __m256 exp2_ps(__m256 x) {
-    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(1.5345810970757157e-4f);
@@ -520,17 +525,27 @@ static inline __m256 exp2_ps(__m256 x) {
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471824645996e-1f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 static float exp2_sum_avx2(int n, float *x, float m) {
     const __m256 vm = _mm256_set1_ps(m);
-    __m256 sum = _mm256_setzero_ps();
+    __m256 sum = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps(); /* two chains of adds */
     int j = 0;
-    for (; j + 8 <= n; j += 8) {
+    for (; j + 16 <= n; j += 16) {
+        const __m256 e = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        const __m256 e1 = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
+        _mm256_storeu_ps(x + j, e);
+        _mm256_storeu_ps(x + j + 8, e1);
+        sum = _mm256_add_ps(sum, e);
+        sum1 = _mm256_add_ps(sum1, e1);
+    }
+    sum = _mm256_add_ps(sum, sum1);
+    if (j + 8 <= n) {
         const __m256 e = exp2_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
         _mm256_storeu_ps(x + j, e);
         sum = _mm256_add_ps(sum, e);
+        j += 8;
     }
     if (j < n) { /* the tail */
         const __m256i k = lanes(n - j);
