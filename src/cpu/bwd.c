@@ -293,8 +293,8 @@ static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *
                         (uint16_t *)s->tmp);
         return;
     }
-    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, Kt + at, s->tmp);
-    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, s->tmp);
+    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, Kt + at, FA_BC, s->tmp);
+    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, FA_BC, s->tmp);
 }
 
 /* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built, over its rows [lo, hi) and nb keys;
@@ -356,7 +356,7 @@ static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, 
         return fa__elem(&p->k, b, row0, hk);
     }
     *ld = p->D;
-    return fa__kv_block(p, pl->kern, &p->k, b, row0, hk, n, 0, rows, s->tmp);
+    return fa__kv_block(p, pl->kern, &p->k, b, row0, hk, n, 0, rows, p->D, s->tmp);
 }
 
 /* Where key j of a block starts in k_rows's operand (row stride ldk). */

@@ -21,6 +21,10 @@
  * inside a run the next chunk's first block is prefetched like any next block, where a task per
  * chunk started each chunk on cold rows.
  *
+ * K and V blocks reach the products packed (Kᵀ, and V where its rows cannot serve in place): from
+ * the thread's head pack, where each key of a (batch, KV head) is packed once per thread for all
+ * of that head's query blocks (fwd_plan.hp), or, for heads too long for it, packed per block.
+ *
  * Tasks never share outputs and neither the blocking nor the chunks depend on the thread count,
  * so results are bitwise identical for any number of threads.
  */
@@ -41,6 +45,9 @@ enum {
     FA_RUN_MAX = 8      /* most chunks per split task */
 };
 
+/* Most bytes of one thread's head pack (fwd_plan.hp): longer heads are packed block by block. */
+#define FA_HEAD_PACK_MAX ((size_t)16 << 20)
+
 #define FA_LN2 0.69314718055994531
 
 typedef struct fwd_plan {
@@ -56,6 +63,18 @@ typedef struct fwd_plan {
     float *scratch;      /* [threads][scratch_floats] */
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
+    int64_t ldk, ldv;         /* row strides of the packed fp32 Kᵀ and V (fa__packed_ld) */
+    /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ ([D, Sk], row
+     * stride hp_ldk) and V ([Sk, D], ld ldv) of the last (batch, KV head) it worked on, filled a
+     * chunk of FA_BC keys at a time as its tasks reach them. The query blocks of a head then
+     * pack each key once per thread instead of once per block: K and V rows lie H·D apart and
+     * come from memory, so packing them again for every block cost more than the pack itself.
+     * hp = NULL: heads longer than FA_HEAD_PACK_MAX allows, packed block by block. */
+    float *hp;        /* [threads][hp_floats]: Kᵀ, then V */
+    size_t hp_floats;
+    int64_t hp_ldk, hp_chunks;
+    int64_t *hp_head; /* [threads]: b·Hk + hk whose chunks hp holds, -1: none */
+    uint8_t *hp_done; /* [threads][hp_chunks]: chunk packed */
 } fwd_plan;
 
 static size_t partial_floats(int64_t D) { return fa__round_up((size_t)FA_SPLIT_ROWS * (D + 2)); }
@@ -63,6 +82,7 @@ static size_t partial_floats(int64_t D) { return fa__round_up((size_t)FA_SPLIT_R
 /* One task's rows: KV heads [hk0, hk0 + nh), each with R = g·nr rows (query head
  * hk·g + r/nr at position i0 + r%nr) whose state (Q, O, m, l) sits at row offset (hk-hk0)·R. */
 typedef struct fwd_rows {
+    int worker;
     int64_t b, hk0, nh, i0, nr, R;
     float *Q, *S, *O, *m, *l, *alpha, *Kpack, *Vpack, *tmp;
     uint32_t *P2;
@@ -78,6 +98,7 @@ static size_t state_rows(const fwd_plan *pl) {
 static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
     const int64_t D = pl->p->D, Rmax = (int64_t)state_rows(pl), Rblk = pl->g * pl->br;
     float *at = pl->scratch + (size_t)worker * pl->scratch_floats;
+    t->worker = worker;
 #define FA_TAKE(field, n) (t->field = at, at += fa__round_up((size_t)(n)))
     FA_TAKE(Q, Rmax * D);      // Q: [heads·R, D] (bf16: [heads·R, D/2] pairs)
     FA_TAKE(S, Rblk * FA_BC);  // S: [R, Bc]
@@ -85,8 +106,8 @@ static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
     FA_TAKE(m, Rmax);          // m, l: [heads·R]
     FA_TAKE(l, Rmax);
     FA_TAKE(alpha, Rblk);      // alpha: [R]
-    FA_TAKE(Kpack, FA_BC * D); // Kᵀ: [D, Bc] (bf16: [D/2, Bc] pairs)
-    FA_TAKE(Vpack, FA_BC * D); // V: [Bc, D] (bf16: [Bc/2, D] pairs)
+    FA_TAKE(Kpack, D * pl->ldk);     // Kᵀ: [D, Bc] (ld ldk; bf16: [D/2, Bc] pairs, ld Bc)
+    FA_TAKE(Vpack, FA_BC * pl->ldv); // V: [Bc, D] (ld ldv; bf16: [Bc/2, D] pairs, ld D)
     FA_TAKE(tmp, FA_BC * D);   // rows on their way to a transpose
     t->P2 = (uint32_t *)at;    // bf16 P: [R, Bc/2] pairs
 #undef FA_TAKE
@@ -96,7 +117,9 @@ static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
 static size_t scratch_floats(const fwd_plan *pl) {
     const size_t D = (size_t)pl->p->D, R = state_rows(pl), Rblk = (size_t)(pl->g * pl->br);
     return 2 * fa__round_up(R * D) + fa__round_up(Rblk * FA_BC) + 2 * fa__round_up(R) +
-           fa__round_up(Rblk) + 3 * fa__round_up(FA_BC * D) + fa__round_up(Rblk * FA_BC / 2);
+           fa__round_up(Rblk) + fa__round_up(D * (size_t)pl->ldk) +
+           fa__round_up(FA_BC * (size_t)pl->ldv) + fa__round_up(FA_BC * D) +
+           fa__round_up(Rblk * FA_BC / 2);
 }
 
 /* The online softmax step of head hk's R rows over keys [j0, j0 + n): scores S ([R, Bc]) become
@@ -204,6 +227,39 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     }
 }
 
+/* Head hk's packed Kᵀ and V for keys [j0, j0 + n) of batch t->b, from this thread's head pack:
+ * the chunks of FA_BC keys they fall in are packed first if this thread has not packed them yet
+ * (a new head starts over). V stays NULL where its rows serve in place (fa__rows_in_place). */
+static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t j0, int64_t n,
+                      int v_in_place, const float **Kt, const float **V) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, b = t->b, rk = fa__row0_k(p, b), sk = fa__seqlen_k(p, b);
+    float *kt = pl->hp + (size_t)t->worker * pl->hp_floats; // Kᵀ: [D, Sk] (ld hp_ldk)
+    float *v = kt + (size_t)D * pl->hp_ldk;                 // V: [Sk, D] (ld ldv)
+    uint8_t *done = pl->hp_done + (size_t)t->worker * pl->hp_chunks;
+    if (pl->hp_head[t->worker] != b * p->Hk + hk) {
+        memset(done, 0, (size_t)pl->hp_chunks);
+        pl->hp_head[t->worker] = b * p->Hk + hk;
+    }
+    for (int64_t c = j0 / FA_BC; c <= (j0 + n - 1) / FA_BC; c++) {
+        if (done[c]) continue;
+        const int64_t c0 = c * FA_BC, m = sk - c0 < FA_BC ? sk - c0 : FA_BC;
+        fa__kv_block(p, pl->kern, &p->k, b, rk + c0, hk, m, 1, kt + c0, pl->hp_ldk, t->tmp);
+        if (!v_in_place)
+            fa__kv_block(p, pl->kern, &p->v, b, rk + c0, hk, m, 0, v + c0 * pl->ldv, pl->ldv,
+                         t->tmp);
+        done[c] = 1;
+    }
+    *Kt = kt + j0;
+    *V = v_in_place ? NULL : v + j0 * pl->ldv;
+}
+
+/* Has this thread's head pack the chunk of key j of (t->b, hk)? */
+static int head_packed(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t j) {
+    return pl->hp && pl->hp_head[t->worker] == t->b * pl->p->Hk + hk &&
+           pl->hp_done[(size_t)t->worker * pl->hp_chunks + j / FA_BC];
+}
+
 /* The online softmax of the task's rows over keys [j_lo, j_hi): leaves m, l and the
  * unnormalized O of every head in the scratch. Blocks are the outer loop and heads the inner
  * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once.
@@ -264,18 +320,25 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
             float *S = t->S, *O = t->O + base * D;
-            const float *V = t->Vpack; // V: [n, D] (ld ldv)
-            int64_t ldv = D;
-            if (bf16) {
+            const float *V = t->Vpack, *Kt = t->Kpack; // V: [n, D] (ld ldv), Kᵀ: [D, n] (ld ldk)
+            int64_t ldv = D, ldk = pl->ldk;
+            const int hp = pl->hp && !bf16 && t->nh == 1; /* split tasks walk every head */
+            if (hp) {
+                head_pack(pl, t, hk, j0, n, v_in_place, &Kt, &V);
+                ldk = pl->hp_ldk, ldv = pl->ldv;
+                if (v_in_place) V = fa__elem(&p->v, b, rk + j0, hk), ldv = p->v.ss;
+            } else if (bf16) {
                 fa__pack_k_bf16(p, kern, &p->k, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, &p->v, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
             } else {
-                fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, t->tmp); // Kᵀ: [D, n]
+                fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, pl->ldk, t->tmp);
                 if (v_in_place) { /* fp32 rows are P V's operand as they are */
                     V = fa__elem(&p->v, b, rk + j0, hk);
                     ldv = p->v.ss;
                 } else {
-                    V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, t->tmp);
+                    V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, pl->ldv,
+                                     t->tmp);
+                    ldv = pl->ldv;
                 }
             }
             for (int64_t u = 0; u < runs; u++) { // S rows [r0, r0 + len): [len, n]
@@ -285,11 +348,12 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                                   D2, (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S + r0 * FA_BC,
                                   FA_BC);
                 else
-                    kern->qk((int)len, (int)n, (int)D, t->Q + (base + r0) * ldq, D, t->Kpack, FA_BC,
+                    kern->qk((int)len, (int)n, (int)D, t->Q + (base + r0) * ldq, D, Kt, ldk,
                              S + r0 * FA_BC, FA_BC);
             }
             const int64_t nn = fa__next_block(j0, j_hi);
-            if (nn > 0) { /* the next block arrives while this one runs */
+            /* the next block arrives while this one runs, unless this thread packed it already */
+            if (nn > 0 && !(hp && head_packed(pl, t, hk, j0 + FA_BC))) {
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
@@ -410,18 +474,43 @@ static void clear_outside(const fa__problem *p) {
     }
 }
 
+/* Sets up the threads' head packs (fwd_plan.hp) where the problem packs fp32 K/V blocks for
+ * prefill and a head fits FA_HEAD_PACK_MAX; 0 when out of memory. */
+static int head_packs(fwd_plan *pl, int nthreads) {
+    const fa__problem *p = pl->p;
+    int64_t sk = 0;
+    for (int64_t b = 0; b < p->B; b++) sk = fa__seqlen_k(p, b) > sk ? fa__seqlen_k(p, b) : sk;
+    pl->hp = NULL, pl->hp_head = NULL;
+    /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
+    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL;
+    if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return 1;
+    pl->hp_ldk = fa__packed_ld(sk);
+    pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
+    pl->hp_floats = fa__round_up((size_t)p->D * pl->hp_ldk + (size_t)sk * pl->ldv);
+    if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return 1;
+    pl->hp = aligned_alloc(64, (size_t)nthreads * pl->hp_floats * sizeof(float));
+    pl->hp_head = malloc((size_t)nthreads * (sizeof(int64_t) + (size_t)pl->hp_chunks));
+    if (!pl->hp || !pl->hp_head) return 0;
+    pl->hp_done = (uint8_t *)(pl->hp_head + nthreads);
+    for (int i = 0; i < nthreads; i++) pl->hp_head[i] = -1;
+    return 1;
+}
+
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
     pl.br = FA_ROWS / pl.g;
     if (pl.br < 1) pl.br = 1;
     if (pl.br > FA_BR_MAX) pl.br = FA_BR_MAX;
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
+    pl.ldk = fa__packed_ld(FA_BC);
+    pl.ldv = fa__packed_ld(p->D);
 
     const int nthreads = fa__context_threads(ctx);
     pl.scratch_floats = scratch_floats(&pl);
     pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) goto no_memory;
+    if (!head_packs(&pl, nthreads)) goto no_memory;
     pl.split = pl.task_start + p->B + 1;
     pl.part_start = pl.split + p->B;
 
@@ -455,11 +544,15 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     free(pl.partial);
     free(pl.task_start);
     free(pl.scratch);
+    free(pl.hp);
+    free(pl.hp_head);
     return FA_OK;
 
 no_memory:
     free(pl.task_start);
     free(pl.scratch);
+    free(pl.hp);
+    free(pl.hp_head);
     return fa__error(FA_ERR_NO_MEMORY, "forward: cannot allocate scratch for %d threads",
                      nthreads);
 }

@@ -66,19 +66,20 @@ void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64
 
 const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
                           int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
-                          float *pack, float *tmp) {
+                          float *pack, int64_t ld, float *tmp) {
     const int64_t D = p->D;
     if (transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table) {
-        kern->transpose((int)n, (int)D, fa__elem(x, b, row0, hk), x->ss, pack, FA_BC);
+        kern->transpose((int)n, (int)D, fa__elem(x, b, row0, hk), x->ss, pack, ld);
         return pack;
     }
-    float *rows = transposed ? tmp : pack; // rows: [n, D]
+    float *rows = transposed ? tmp : pack; // rows: [n, D] (ld D on the way to a transpose)
+    const int64_t ldr = transposed ? D : ld;
     for (int64_t j = 0; j < n; j++) {
         const void *src = fa__elem(x, b, row0 + j, hk);
-        if (x->sd == 1) kern->to_f32((int)D, src, x->dtype, 1.0f, rows + j * D);
-        else fa__load_f32(rows + j * D, 1, src, x->dtype, D, x->sd, 1.0f);
+        if (x->sd == 1) kern->to_f32((int)D, src, x->dtype, 1.0f, rows + j * ldr);
+        else fa__load_f32(rows + j * ldr, 1, src, x->dtype, D, x->sd, 1.0f);
     }
-    if (transposed) kern->transpose((int)n, (int)D, rows, D, pack, FA_BC);
+    if (transposed) kern->transpose((int)n, (int)D, rows, D, pack, ld);
     return pack;
 }
 

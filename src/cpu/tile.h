@@ -50,12 +50,22 @@ void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const 
 /* Writes zeros to rows [begin, end) of every head of a varlen view (sb = 0) with H heads. */
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
 
-/* n keys (or values) of head hk from row `row0` as fp32 in `pack`: rows [n, D] (ld = D) when
- * transposed == 0, else [D, n] (ld = FA_BC). tmp ([n, D]) holds converted rows on the way to a
- * transpose. Returns pack. */
+/* n keys (or values) of head hk from row `row0` as fp32 in `pack`: rows [n, D] when
+ * transposed == 0, else [D, n], with row stride ld (>= D, or >= n when transposed). tmp ([n, D])
+ * holds converted rows on the way to a transpose. Returns pack. */
 const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
                           int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
-                          float *pack, float *tmp);
+                          float *pack, int64_t ld, float *tmp);
+
+/* The row stride (floats) of a packed right operand whose rows hold n floats: n rounded up to
+ * whole 64-byte lines and then to an odd count of them (128 -> 144, 64 -> 80, 4096 -> 4112).
+ * The products read one or two lines of it per k step; rows a power of two apart put all of
+ * those in a few L1 sets, and a panel then cannot stay in L1 (on Zen 3, qk in L2 at D = 128:
+ * 68-71 GFLOP/s at a stride of 128 floats, 78-79 at 144, a core's peak being 98-101). */
+static inline int64_t fa__packed_ld(int64_t n) {
+    const int64_t lines = (n + 15) / 16;
+    return 16 * (lines % 2 ? lines : lines + 1);
+}
 
 /* rows[j] = address of element (b, row0 + j, h, 0), j < n: one fa__elem, then a constant step,
  * unless the view is paged. */
