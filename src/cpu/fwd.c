@@ -42,7 +42,8 @@ enum {
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
     FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
     FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
-    FA_RUN_MAX = 8      /* most chunks per split task */
+    FA_RUN_MAX = 8,     /* most chunks per split task */
+    FA_QK_ROWS = 24     /* rows of S per qk call of a prefill block, each followed by their softmax */
 };
 
 /* Most bytes of one thread's head pack (fwd_plan.hp): longer heads are packed block by block. */
@@ -122,19 +123,17 @@ static size_t scratch_floats(const fwd_plan *pl) {
            fa__round_up(Rblk * FA_BC / 2);
 }
 
-/* The online softmax step of head hk's R rows over keys [j0, j0 + n): scores S ([R, Bc]) become
- * the (dropped) probabilities, m and l are updated and alpha ([R]) gets the factor the rows of O
- * must be rescaled by. Only the positions [lo, hi) of each query head are touched: the others
- * see none of these keys (fa__block_rows). */
+/* The online softmax step of head hk's rows [r0, r1) over keys [j0, j0 + n): their scores
+ * (rows of S, [R, Bc]) become the (dropped) probabilities, m and l are updated and alpha ([R])
+ * gets the factor the rows of O must be rescaled by. */
 static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S, float *alpha,
-                          int64_t j0, int64_t n, int masked, int64_t lo, int64_t hi) {
+                          int64_t j0, int64_t n, int masked, int64_t r0, int64_t r1) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t b = t->b, nr = t->nr, R = t->R, base = (hk - t->hk0) * R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     float *m = t->m + base, *l = t->l + base;
-    for (int64_t r = 0; r < R; r++) {
-        if (r % nr < lo || r % nr >= hi) continue;
+    for (int64_t r = r0; r < r1; r++) {
         float *s = S + r * FA_BC; // s: [n]
         const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
         fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
@@ -199,7 +198,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         }
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
-                          masked, 0, t->nr);
+                          masked, 0, R);
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V, next K asked for
             const int c = (int)(n - jg < pvk ? n - jg : pvk);
             const int cn = (int)(nn - jg < pvk ? (nn - jg > 0 ? nn - jg : 0) : pvk);
@@ -341,23 +340,26 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                     ldv = pl->ldv;
                 }
             }
-            for (int64_t u = 0; u < runs; u++) { // S rows [r0, r0 + len): [len, n]
-                const int64_t r0 = u * nr + lo;
-                if (bf16)
-                    kern->qk_bf16((int)len, (int)n, (int)D2, (const uint32_t *)t->Q + (base + r0) * ldq,
-                                  D2, (const uint32_t *)t->Kpack, FA_BC, pl->qscale, S + r0 * FA_BC,
-                                  FA_BC);
-                else
-                    kern->qk((int)len, (int)n, (int)D, t->Q + (base + r0) * ldq, D, Kt, ldk,
-                             S + r0 * FA_BC, FA_BC);
-            }
             const int64_t nn = fa__next_block(j0, j_hi);
             /* the next block arrives while this one runs, unless this thread packed it already */
             if (nn > 0 && !(hp && head_packed(pl, t, hk, j0 + FA_BC))) {
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
-            softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, lo, hi);
+            for (int64_t u = 0; u < runs; u++) // S rows [r0, r0 + len): [len, n], then softmax
+                for (int64_t r0 = u * nr + lo, r1; r0 < u * nr + lo + len; r0 = r1) {
+                    /* a few rows at a time, so their softmax finds them in L1 */
+                    r1 = r0 + FA_QK_ROWS < u * nr + lo + len ? r0 + FA_QK_ROWS : u * nr + lo + len;
+                    if (bf16)
+                        kern->qk_bf16((int)(r1 - r0), (int)n, (int)D2,
+                                      (const uint32_t *)t->Q + (base + r0) * ldq, D2,
+                                      (const uint32_t *)t->Kpack, FA_BC, pl->qscale,
+                                      S + r0 * FA_BC, FA_BC);
+                    else
+                        kern->qk((int)(r1 - r0), (int)n, (int)D, t->Q + (base + r0) * ldq, D, Kt,
+                                 ldk, S + r0 * FA_BC, FA_BC);
+                    softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, r0, r1);
+                }
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
                 const int64_t r0 = u * nr + lo;
                 if (bf16) {
