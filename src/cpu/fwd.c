@@ -43,7 +43,7 @@ enum {
     FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
     FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
     FA_RUN_MAX = 8,     /* most chunks per split task */
-    FA_QK_ROWS = 24     /* rows of S per qk call of a prefill block, each followed by their softmax */
+    FA_QK_ROWS = 24     /* rows of S per prefill qk call, each call followed by their softmax */
 };
 
 /* Most bytes of one thread's head pack (fwd_plan.hp): longer heads are packed block by block. */
