@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ab_builds.c — one attention call timed through two or more builds of libflashattn.so in one
+ * process, alternating, so that a change can be judged on a shared machine whose speed drifts
+ * from minute to minute: every round times each build once (the order rotating), and each
+ * build's time is divided by the first build's time in the same round. It prints per build the
+ * median time, the median of those ratios and an FNV-1a hash of the output (out for the forward,
+ * dq, dk, dv for the backward), so a change meant to keep results bitwise shows that it does.
+ *
+ *   cmake --build build --target bench_ab_builds
+ *   build/bench_ab_builds [options] OLD.so NEW.so [MORE.so ...]
+ *
+ * Each build is loaded with dlopen(RTLD_LOCAL) and called through the public API (fa_forward,
+ * fa_backward with the NULL context: FA_NUM_THREADS threads), on the same random inputs (B = 1,
+ * BSHD, contiguous). The backward is timed alone, after a forward of the same build.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../tools/flashattn/halfconv.h"
+#include "flashattn.h"
+
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 200 };
+
+typedef struct build {
+    const char *path;
+    void (*params_init)(fa_params *);
+    fa_tensor (*tensor)(void *, fa_dtype, int, const int64_t *);
+    fa_status (*forward)(fa_context *, const fa_params *, const fa_tensor *, const fa_tensor *,
+                         const fa_tensor *, fa_tensor *, fa_tensor *);
+    fa_status (*backward)(fa_context *, const fa_params *, const fa_tensor *, const fa_tensor *,
+                          const fa_tensor *, const fa_tensor *, const fa_tensor *,
+                          const fa_tensor *, const fa_tensor *, const fa_tensor *,
+                          const fa_tensor *);
+    const char *(*message)(void);
+    double seconds[MAX_ROUNDS];
+    uint64_t hash;
+} build;
+
+typedef struct config {
+    int bwd, causal, rounds;
+    long S, D, H;
+    fa_dtype dtype;
+} config;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+static int load(build *b, const char *path) {
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "bench_ab_builds: cannot load %s: %s\n", path, dlerror());
+        return 0;
+    }
+    b->path = path;
+    *(void **)&b->params_init = dlsym(lib, "fa_params_init");
+    *(void **)&b->tensor = dlsym(lib, "fa_tensor_contiguous");
+    *(void **)&b->forward = dlsym(lib, "fa_forward");
+    *(void **)&b->backward = dlsym(lib, "fa_backward");
+    *(void **)&b->message = dlsym(lib, "fa_last_error_message");
+    if (!b->params_init || !b->tensor || !b->forward || !b->backward || !b->message) {
+        fprintf(stderr, "bench_ab_builds: %s lacks the fa_ entry points it needs\n", path);
+        return 0;
+    }
+    return 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_ab_builds [--pass fwd|bwd] [--dtype f32|f16|bf16] [--seqlen S]\n"
+               "                       [--dim D] [--heads H] [--causal 0|1] [--rounds N]\n"
+               "                       OLD.so NEW.so [MORE.so ...]\n"
+               "defaults: fwd, f32, S = 4096, D = 128, H = 16, non-causal, 10 rounds; at most %d\n"
+               "builds and %d rounds\n",
+            MAX_BUILDS, MAX_ROUNDS);
+}
+
+/* Parses the options; returns the index of the first library argument, 0 on bad input. */
+static int parse(int argc, char **argv, config *c) {
+    *c = (config){.rounds = 10, .S = 4096, .D = 128, .H = 16, .dtype = FA_DTYPE_F32};
+    int i = 1;
+    for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
+        const char *o = argv[i], *v = argv[i + 1];
+        char *end;
+        const long n = strtol(v, &end, 10);
+        const int num = *v != '\0' && *end == '\0';
+        if (strcmp(o, "--pass") == 0 && (strcmp(v, "fwd") == 0 || strcmp(v, "bwd") == 0))
+            c->bwd = strcmp(v, "bwd") == 0;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f32") == 0) c->dtype = FA_DTYPE_F32;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f16") == 0) c->dtype = FA_DTYPE_F16;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "bf16") == 0) c->dtype = FA_DTYPE_BF16;
+        else if (strcmp(o, "--seqlen") == 0 && num && n >= 1 && n <= 1 << 20) c->S = n;
+        else if (strcmp(o, "--dim") == 0 && num && n >= 1 && n <= 256) c->D = n;
+        else if (strcmp(o, "--heads") == 0 && num && n >= 1 && n <= 1024) c->H = n;
+        else if (strcmp(o, "--causal") == 0 && num && (n == 0 || n == 1)) c->causal = (int)n;
+        else if (strcmp(o, "--rounds") == 0 && num && n >= 1 && n <= MAX_ROUNDS)
+            c->rounds = (int)n;
+        else {
+            fprintf(stderr, "bench_ab_builds: bad option or value: %s %s\n", o, v);
+            return 0;
+        }
+    }
+    const int nlib = argc - i;
+    if (nlib < 2 || nlib > MAX_BUILDS) {
+        fprintf(stderr, "bench_ab_builds: give 2 to %d library paths after the options\n",
+                MAX_BUILDS);
+        return 0;
+    }
+    return i;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    config c;
+    const int first = parse(argc, argv, &c);
+    if (!first) {
+        usage(stderr);
+        return 2;
+    }
+    const int nb = argc - first;
+    static build builds[MAX_BUILDS];
+    for (int i = 0; i < nb; i++)
+        if (!load(&builds[i], argv[first + i])) return 1;
+
+    const size_t es = c.dtype == FA_DTYPE_F32 ? 4 : 2, n = (size_t)(c.S * c.H * c.D);
+    enum { Q, K, V, OUT, DOUT, DQ, DK, DV, NBUF };
+    void *buf[NBUF];
+    float *lse = malloc(sizeof(float) * (size_t)(c.H * c.S));
+    for (int t = 0; t < NBUF; t++) buf[t] = malloc(n * es);
+    for (int t = 0; t < NBUF; t++)
+        if (!buf[t] || !lse) {
+            fprintf(stderr, "bench_ab_builds: out of memory for %zu elements a tensor\n", n);
+            return 1;
+        }
+    srand(1);
+    for (int t = Q; t <= DOUT; t++) /* uniform in [-1/2, 1/2], rounded to the dtype */
+        for (size_t e = 0; e < n; e++) {
+            const float x = (float)rand() / (float)RAND_MAX - 0.5f;
+            if (c.dtype == FA_DTYPE_F32) ((float *)buf[t])[e] = x;
+            else if (c.dtype == FA_DTYPE_F16) ((uint16_t *)buf[t])[e] = fa_tool_f32_to_f16(x);
+            else ((uint16_t *)buf[t])[e] = fa_tool_f32_to_bf16(x);
+        }
+
+    const int64_t shape[4] = {1, c.S, c.H, c.D}, lse_shape[3] = {1, c.H, c.S};
+    for (int r = 0; r < c.rounds; r++)
+        for (int k = 0; k < nb; k++) {
+            build *b = &builds[(k + r) % nb]; /* the order rotates every round */
+            fa_tensor t[NBUF];
+            for (int u = 0; u < NBUF; u++) t[u] = b->tensor(buf[u], c.dtype, 4, shape);
+            fa_tensor l = b->tensor(lse, FA_DTYPE_F32, 3, lse_shape);
+            fa_params p;
+            b->params_init(&p);
+            p.causal = c.causal;
+            double t0 = now();
+            fa_status st = b->forward(NULL, &p, &t[Q], &t[K], &t[V], &t[OUT], &l);
+            if (st == FA_OK && c.bwd) {
+                t0 = now();
+                st = b->backward(NULL, &p, &t[Q], &t[K], &t[V], &t[OUT], &t[DOUT], &l, &t[DQ],
+                                 &t[DK], &t[DV]);
+            }
+            b->seconds[r] = now() - t0;
+            if (st != FA_OK) {
+                fprintf(stderr, "bench_ab_builds: %s: status %d: %s\n", b->path, (int)st,
+                        b->message());
+                return 1;
+            }
+            uint64_t h = 1469598103934665603ull;
+            for (int u = c.bwd ? DQ : OUT; u <= (c.bwd ? DV : OUT); u++)
+                h = fnv1a(h, buf[u], n * es);
+            b->hash = h;
+        }
+
+    const double flop = 4.0 * (double)c.H * (double)c.S * (double)c.S * (double)c.D *
+                        (c.causal ? 0.5 : 1.0) * (c.bwd ? 2.5 : 1.0);
+    printf("%s %s S=%ld D=%ld H=%ld %s, %d rounds; ratio: median over rounds of time / the first "
+           "build's time in that round\n",
+           c.bwd ? "backward" : "forward",
+           c.dtype == FA_DTYPE_F32 ? "f32" : c.dtype == FA_DTYPE_F16 ? "f16" : "bf16", c.S, c.D,
+           c.H, c.causal ? "causal" : "non-causal", c.rounds);
+    for (int k = 0; k < nb; k++) {
+        double ratio[MAX_ROUNDS], t[MAX_ROUNDS];
+        for (int r = 0; r < c.rounds; r++) {
+            ratio[r] = builds[k].seconds[r] / builds[0].seconds[r];
+            t[r] = builds[k].seconds[r];
+        }
+        const double m = median(t, c.rounds);
+        printf("  %9.2f ms  %7.1f GFLOP/s  ratio %.3f  hash %016llx  %s\n", 1e3 * m,
+               1e-9 * flop / m, median(ratio, c.rounds), (unsigned long long)builds[k].hash,
+               builds[k].path);
+    }
+    for (int t = 0; t < NBUF; t++) free(buf[t]);
+    free(lse);
+    return 0;
+}
