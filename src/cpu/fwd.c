@@ -71,7 +71,7 @@ typedef struct fwd_plan {
      * pack each key once per thread instead of once per block: K and V rows lie H·D apart and
      * come from memory, so packing them again for every block cost more than the pack itself.
      * hp = NULL: heads longer than FA_HEAD_PACK_MAX allows, packed block by block. */
-    float *hp;        /* [threads][hp_floats]: Kᵀ, then V */
+    float *hp;        /* [threads][hp_floats]: Kᵀ, then V (none where V serves in place) */
     size_t hp_floats;
     int64_t hp_ldk, hp_chunks;
     int64_t *hp_head; /* [threads]: b·Hk + hk whose chunks hp holds, -1: none */
@@ -488,7 +488,8 @@ static int head_packs(fwd_plan *pl, int nthreads) {
     if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return 1;
     pl->hp_ldk = fa__packed_ld(sk);
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
-    pl->hp_floats = fa__round_up((size_t)p->D * pl->hp_ldk + (size_t)sk * pl->ldv);
+    const size_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : (size_t)sk * pl->ldv; /* V rows */
+    pl->hp_floats = fa__round_up((size_t)p->D * pl->hp_ldk + v);
     if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return 1;
     pl->hp = aligned_alloc(64, (size_t)nthreads * pl->hp_floats * sizeof(float));
     pl->hp_head = malloc((size_t)nthreads * (sizeof(int64_t) + (size_t)pl->hp_chunks));
