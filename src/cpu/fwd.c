@@ -68,9 +68,9 @@ typedef struct fwd_plan {
     /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ ([D, Sk], row
      * stride hp_ldk) and V ([Sk, D], ld ldv) of the last (batch, KV head) it worked on, filled a
      * chunk of FA_BC keys at a time as its tasks reach them. The query blocks of a head then
-     * pack each key once per thread instead of once per block: K and V rows lie H·D apart and
-     * come from memory, so packing them again for every block cost more than the pack itself.
-     * hp = NULL: heads longer than FA_HEAD_PACK_MAX allows, packed block by block. */
+     * pack each key once per thread instead of once per block (K and V rows lie H·D apart, so
+     * every pack reads them from memory: 17 times per head at S = 4096 before). hp = NULL:
+     * heads longer than FA_HEAD_PACK_MAX allows (or no memory for them), packed per block. */
     float *hp;        /* [threads][hp_floats]: Kᵀ, then V (none where V serves in place) */
     size_t hp_floats;
     int64_t hp_ldk, hp_chunks;
@@ -477,26 +477,31 @@ static void clear_outside(const fa__problem *p) {
 }
 
 /* Sets up the threads' head packs (fwd_plan.hp) where the problem packs fp32 K/V blocks for
- * prefill and a head fits FA_HEAD_PACK_MAX; 0 when out of memory. */
-static int head_packs(fwd_plan *pl, int nthreads) {
+ * prefill and a head fits FA_HEAD_PACK_MAX. Without the memory for them the forward packs per
+ * block, as it does for longer heads. */
+static void head_packs(fwd_plan *pl, int nthreads) {
     const fa__problem *p = pl->p;
     int64_t sk = 0;
     for (int64_t b = 0; b < p->B; b++) sk = fa__seqlen_k(p, b) > sk ? fa__seqlen_k(p, b) : sk;
     pl->hp = NULL, pl->hp_head = NULL;
     /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
     const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL;
-    if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return 1;
+    if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return;
     pl->hp_ldk = fa__packed_ld(sk);
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
     const size_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : (size_t)sk * pl->ldv; /* V rows */
     pl->hp_floats = fa__round_up((size_t)p->D * pl->hp_ldk + v);
-    if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return 1;
+    if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return;
     pl->hp = aligned_alloc(64, (size_t)nthreads * pl->hp_floats * sizeof(float));
     pl->hp_head = malloc((size_t)nthreads * (sizeof(int64_t) + (size_t)pl->hp_chunks));
-    if (!pl->hp || !pl->hp_head) return 0;
+    if (!pl->hp || !pl->hp_head) {
+        free(pl->hp);
+        free(pl->hp_head);
+        pl->hp = NULL, pl->hp_head = NULL;
+        return;
+    }
     pl->hp_done = (uint8_t *)(pl->hp_head + nthreads);
     for (int i = 0; i < nthreads; i++) pl->hp_head[i] = -1;
-    return 1;
 }
 
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
@@ -513,7 +518,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) goto no_memory;
-    if (!head_packs(&pl, nthreads)) goto no_memory;
+    head_packs(&pl, nthreads);
     pl.split = pl.task_start + p->B + 1;
     pl.part_start = pl.split + p->B;
 
