@@ -228,7 +228,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
 
 /* Head hk's packed Kᵀ and V for keys [j0, j0 + n) of batch t->b, from this thread's head pack:
  * the chunks of FA_BC keys they fall in are packed first if this thread has not packed them yet
- * (a new head starts over). V stays NULL where its rows serve in place (fa__rows_in_place). */
+ * (a new head starts over). V is neither packed nor set where its rows serve in place. */
 static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t j0, int64_t n,
                       int v_in_place, const float **Kt, const float **V) {
     const fa__problem *p = pl->p;
@@ -250,7 +250,7 @@ static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t
         done[c] = 1;
     }
     *Kt = kt + j0;
-    *V = v_in_place ? NULL : v + j0 * pl->ldv;
+    if (!v_in_place) *V = v + j0 * pl->ldv;
 }
 
 /* Has this thread's head pack the chunk of key j of (t->b, hk)? */
@@ -322,22 +322,23 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             const float *V = t->Vpack, *Kt = t->Kpack; // V: [n, D] (ld ldv), Kᵀ: [D, n] (ld ldk)
             int64_t ldv = D, ldk = pl->ldk;
             const int hp = pl->hp && !bf16 && t->nh == 1; /* split tasks walk every head */
-            if (hp) {
-                head_pack(pl, t, hk, j0, n, v_in_place, &Kt, &V);
-                ldk = pl->hp_ldk, ldv = pl->ldv;
-                if (v_in_place) V = fa__elem(&p->v, b, rk + j0, hk), ldv = p->v.ss;
-            } else if (bf16) {
+            if (bf16) {
                 fa__pack_k_bf16(p, kern, &p->k, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
                 fa__pack_v_bf16(p, kern, &p->v, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
             } else {
-                fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, pl->ldk, t->tmp);
+                if (hp) {
+                    head_pack(pl, t, hk, j0, n, v_in_place, &Kt, &V);
+                    ldk = pl->hp_ldk;
+                } else {
+                    fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, ldk, t->tmp);
+                    if (!v_in_place)
+                        fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, pl->ldv,
+                                     t->tmp);
+                }
+                ldv = pl->ldv;
                 if (v_in_place) { /* fp32 rows are P V's operand as they are */
                     V = fa__elem(&p->v, b, rk + j0, hk);
                     ldv = p->v.ss;
-                } else {
-                    V = fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, pl->ldv,
-                                     t->tmp);
-                    ldv = pl->ldv;
                 }
             }
             const int64_t nn = fa__next_block(j0, j_hi);
@@ -346,10 +347,11 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
             }
-            for (int64_t u = 0; u < runs; u++) // S rows [r0, r0 + len): [len, n], then softmax
-                for (int64_t r0 = u * nr + lo, r1; r0 < u * nr + lo + len; r0 = r1) {
+            for (int64_t u = 0; u < runs; u++) { // S rows [u·nr + lo, end): [len, n], then softmax
+                const int64_t end = u * nr + lo + len;
+                for (int64_t r0 = u * nr + lo, r1; r0 < end; r0 = r1) {
                     /* a few rows at a time, so their softmax finds them in L1 */
-                    r1 = r0 + FA_QK_ROWS < u * nr + lo + len ? r0 + FA_QK_ROWS : u * nr + lo + len;
+                    r1 = r0 + FA_QK_ROWS < end ? r0 + FA_QK_ROWS : end;
                     if (bf16)
                         kern->qk_bf16((int)(r1 - r0), (int)n, (int)D2,
                                       (const uint32_t *)t->Q + (base + r0) * ldq, D2,
@@ -360,6 +362,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                                  ldk, S + r0 * FA_BC, FA_BC);
                     softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, r0, r1);
                 }
+            }
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
                 const int64_t r0 = u * nr + lo;
                 if (bf16) {
