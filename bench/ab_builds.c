@@ -2,17 +2,21 @@
 /*
  * ab_builds.c — one attention call timed through two or more builds of libflashattn.so in one
  * process, alternating, so that a change can be judged on a shared machine whose speed drifts
- * from minute to minute: every round times each build once (the order rotating), and each
- * build's time is divided by the first build's time in the same round. It prints per build the
- * median time, the median of those ratios and an FNV-1a hash of the output (out for the forward,
- * dq, dk, dv for the backward), so a change meant to keep results bitwise shows that it does.
+ * from minute to minute: every round times each build once (the order rotating; a call that
+ * took under 0.1 s runs once untimed just before), and each build's time is divided by the first
+ * build's time in the same round. It prints per build the median time, the median of those
+ * ratios and an FNV-1a hash of the output (out for the forward and decode, dq, dk, dv for the
+ * backward), so a change meant to keep results bitwise shows that it does.
  *
  *   cmake --build build --target bench_ab_builds
  *   build/bench_ab_builds [options] OLD.so NEW.so [MORE.so ...]
  *
  * Each build is loaded with dlopen(RTLD_LOCAL) and called through the public API (fa_forward,
- * fa_backward with the NULL context: FA_NUM_THREADS threads), on the same random inputs (B = 1,
- * BSHD, contiguous). The backward is timed alone, after a forward of the same build.
+ * fa_backward, fa_forward_kvcache with the NULL context: FA_NUM_THREADS threads), on the same
+ * random inputs (B = 1, BSHD, contiguous). The backward is timed alone, after a forward of the
+ * same build. --pass decode times one query token against a cache of S tokens (q (1, 1, H, D),
+ * cache (1, S, Hk, D), Hk from --kv-heads, H = 32 and Hk = 8 unless given) and prints the
+ * cache's GB/s instead of GFLOP/s.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -38,14 +42,19 @@ typedef struct build {
                           const fa_tensor *, const fa_tensor *, const fa_tensor *,
                           const fa_tensor *, const fa_tensor *, const fa_tensor *,
                           const fa_tensor *);
+    void (*kvcache_init)(fa_kvcache *);
+    fa_status (*forward_kvcache)(fa_context *, const fa_params *, const fa_tensor *,
+                                 const fa_kvcache *, const fa_tensor *, const fa_tensor *);
     const char *(*message)(void);
     double seconds[MAX_ROUNDS];
     uint64_t hash;
 } build;
 
+enum { PASS_FWD, PASS_BWD, PASS_DECODE };
+
 typedef struct config {
-    int bwd, causal, rounds;
-    long S, D, H;
+    int pass, causal, rounds;
+    long S, D, H, Hk; /* Hk 0: H (fwd, bwd) or 8 (decode) */
     fa_dtype dtype;
 } config;
 
@@ -67,7 +76,8 @@ static double median(double *x, int n) {
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
     return h;
 }
 
@@ -83,7 +93,10 @@ static int load(build *b, const char *path) {
     *(void **)&b->forward = dlsym(lib, "fa_forward");
     *(void **)&b->backward = dlsym(lib, "fa_backward");
     *(void **)&b->message = dlsym(lib, "fa_last_error_message");
-    if (!b->params_init || !b->tensor || !b->forward || !b->backward || !b->message) {
+    *(void **)&b->kvcache_init = dlsym(lib, "fa_kvcache_init");
+    *(void **)&b->forward_kvcache = dlsym(lib, "fa_forward_kvcache");
+    if (!b->params_init || !b->tensor || !b->forward || !b->backward || !b->message ||
+        !b->kvcache_init || !b->forward_kvcache) {
         fprintf(stderr, "bench_ab_builds: %s lacks the fa_ entry points it needs\n", path);
         return 0;
     }
@@ -91,38 +104,61 @@ static int load(build *b, const char *path) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_ab_builds [--pass fwd|bwd] [--dtype f32|f16|bf16] [--seqlen S]\n"
-               "                       [--dim D] [--heads H] [--causal 0|1] [--rounds N]\n"
-               "                       OLD.so NEW.so [MORE.so ...]\n"
-               "defaults: fwd, f32, S = 4096, D = 128, H = 16, non-causal, 10 rounds; at most %d\n"
-               "builds and %d rounds\n",
+    fprintf(f,
+            "usage: bench_ab_builds [--pass fwd|bwd|decode] [--dtype f32|f16|bf16]\n"
+            "                       [--seqlen S] [--dim D] [--heads H] [--kv-heads HK]\n"
+            "                       [--causal 0|1] [--rounds N] OLD.so NEW.so [MORE.so ...]\n"
+            "defaults: fwd, f32, S = 4096, D = 128, H = 16 (decode: 32), HK = H (decode: 8),\n"
+            "non-causal, 10 rounds; at most %d builds and %d rounds\n",
             MAX_BUILDS, MAX_ROUNDS);
 }
 
 /* Parses the options; returns the index of the first library argument, 0 on bad input. */
 static int parse(int argc, char **argv, config *c) {
-    *c = (config){.rounds = 10, .S = 4096, .D = 128, .H = 16, .dtype = FA_DTYPE_F32};
+    *c = (config){.rounds = 10, .S = 4096, .D = 128, .dtype = FA_DTYPE_F32};
     int i = 1;
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0; i += 2) {
         const char *o = argv[i], *v = argv[i + 1];
         char *end;
         const long n = strtol(v, &end, 10);
         const int num = *v != '\0' && *end == '\0';
-        if (strcmp(o, "--pass") == 0 && (strcmp(v, "fwd") == 0 || strcmp(v, "bwd") == 0))
-            c->bwd = strcmp(v, "bwd") == 0;
-        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f32") == 0) c->dtype = FA_DTYPE_F32;
-        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f16") == 0) c->dtype = FA_DTYPE_F16;
-        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "bf16") == 0) c->dtype = FA_DTYPE_BF16;
-        else if (strcmp(o, "--seqlen") == 0 && num && n >= 1 && n <= 1 << 20) c->S = n;
-        else if (strcmp(o, "--dim") == 0 && num && n >= 1 && n <= 256) c->D = n;
-        else if (strcmp(o, "--heads") == 0 && num && n >= 1 && n <= 1024) c->H = n;
-        else if (strcmp(o, "--causal") == 0 && num && (n == 0 || n == 1)) c->causal = (int)n;
+        if (strcmp(o, "--pass") == 0 && strcmp(v, "fwd") == 0)
+            c->pass = PASS_FWD;
+        else if (strcmp(o, "--pass") == 0 && strcmp(v, "bwd") == 0)
+            c->pass = PASS_BWD;
+        else if (strcmp(o, "--pass") == 0 && strcmp(v, "decode") == 0)
+            c->pass = PASS_DECODE;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f32") == 0)
+            c->dtype = FA_DTYPE_F32;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "f16") == 0)
+            c->dtype = FA_DTYPE_F16;
+        else if (strcmp(o, "--dtype") == 0 && strcmp(v, "bf16") == 0)
+            c->dtype = FA_DTYPE_BF16;
+        else if (strcmp(o, "--seqlen") == 0 && num && n >= 1 && n <= 1 << 20)
+            c->S = n;
+        else if (strcmp(o, "--dim") == 0 && num && n >= 1 && n <= 256)
+            c->D = n;
+        else if (strcmp(o, "--heads") == 0 && num && n >= 1 && n <= 1024)
+            c->H = n;
+        else if (strcmp(o, "--kv-heads") == 0 && num && n >= 1 && n <= 1024)
+            c->Hk = n;
+        else if (strcmp(o, "--causal") == 0 && num && (n == 0 || n == 1))
+            c->causal = (int)n;
         else if (strcmp(o, "--rounds") == 0 && num && n >= 1 && n <= MAX_ROUNDS)
             c->rounds = (int)n;
         else {
             fprintf(stderr, "bench_ab_builds: bad option or value: %s %s\n", o, v);
             return 0;
         }
+    }
+    if (!c->H)
+        c->H = c->pass == PASS_DECODE ? 32 : 16;
+    if (!c->Hk)
+        c->Hk = c->pass == PASS_DECODE && c->H % 8 == 0 ? 8 : c->H;
+    if (c->H % c->Hk != 0) {
+        fprintf(stderr, "bench_ab_builds: --kv-heads %ld does not divide --heads %ld\n", c->Hk,
+                c->H);
+        return 0;
     }
     const int nlib = argc - i;
     if (nlib < 2 || nlib > MAX_BUILDS) {
@@ -147,40 +183,63 @@ int main(int argc, char **argv) {
     const int nb = argc - first;
     static build builds[MAX_BUILDS];
     for (int i = 0; i < nb; i++)
-        if (!load(&builds[i], argv[first + i])) return 1;
+        if (!load(&builds[i], argv[first + i]))
+            return 1;
 
-    const size_t es = c.dtype == FA_DTYPE_F32 ? 4 : 2, n = (size_t)(c.S * c.H * c.D);
+    /* decode: q, out, dout (1, 1, H, D), K and V (1, S, Hk, D); else q (1, S, H, D), K and V
+     * (1, S, Hk, D) */
+    const int dec = c.pass == PASS_DECODE, bwd = c.pass == PASS_BWD;
+    const size_t es = c.dtype == FA_DTYPE_F32 ? 4 : 2, nq = (size_t)((dec ? 1 : c.S) * c.H * c.D);
+    const size_t nk = (size_t)(c.S * c.Hk * c.D);
     enum { Q, K, V, OUT, DOUT, DQ, DK, DV, NBUF };
+    const size_t count[NBUF] = {nq, nk, nk, nq, nq, nq, nk, nk};
     void *buf[NBUF];
     float *lse = malloc(sizeof(float) * (size_t)(c.H * c.S));
-    for (int t = 0; t < NBUF; t++) buf[t] = malloc(n * es);
+    for (int t = 0; t < NBUF; t++)
+        buf[t] = malloc(count[t] * es);
     for (int t = 0; t < NBUF; t++)
         if (!buf[t] || !lse) {
-            fprintf(stderr, "bench_ab_builds: out of memory for %zu elements a tensor\n", n);
+            fprintf(stderr, "bench_ab_builds: out of memory for %zu elements a tensor\n", count[t]);
             return 1;
         }
     srand(1);
     for (int t = Q; t <= DOUT; t++) /* uniform in [-1/2, 1/2], rounded to the dtype */
-        for (size_t e = 0; e < n; e++) {
+        for (size_t e = 0; e < count[t]; e++) {
             const float x = (float)rand() / (float)RAND_MAX - 0.5f;
-            if (c.dtype == FA_DTYPE_F32) ((float *)buf[t])[e] = x;
-            else if (c.dtype == FA_DTYPE_F16) ((uint16_t *)buf[t])[e] = fa_tool_f32_to_f16(x);
-            else ((uint16_t *)buf[t])[e] = fa_tool_f32_to_bf16(x);
+            if (c.dtype == FA_DTYPE_F32)
+                ((float *)buf[t])[e] = x;
+            else if (c.dtype == FA_DTYPE_F16)
+                ((uint16_t *)buf[t])[e] = fa_tool_f32_to_f16(x);
+            else
+                ((uint16_t *)buf[t])[e] = fa_tool_f32_to_bf16(x);
         }
 
-    const int64_t shape[4] = {1, c.S, c.H, c.D}, lse_shape[3] = {1, c.H, c.S};
+    const int64_t qshape[4] = {1, dec ? 1 : c.S, c.H, c.D}, kshape[4] = {1, c.S, c.Hk, c.D};
+    const int64_t lse_shape[3] = {1, c.H, dec ? 1 : c.S};
     for (int r = 0; r < c.rounds; r++)
         for (int k = 0; k < nb; k++) {
             build *b = &builds[(k + r) % nb]; /* the order rotates every round */
             fa_tensor t[NBUF];
-            for (int u = 0; u < NBUF; u++) t[u] = b->tensor(buf[u], c.dtype, 4, shape);
+            for (int u = 0; u < NBUF; u++)
+                t[u] = b->tensor(buf[u], c.dtype, 4, count[u] == nk ? kshape : qshape);
             fa_tensor l = b->tensor(lse, FA_DTYPE_F32, 3, lse_shape);
             fa_params p;
             b->params_init(&p);
             p.causal = c.causal;
-            double t0 = now();
-            fa_status st = b->forward(NULL, &p, &t[Q], &t[K], &t[V], &t[OUT], &l);
-            if (st == FA_OK && c.bwd) {
+            fa_kvcache kv;
+            b->kvcache_init(&kv);
+            kv.k_cache = t[K];
+            kv.v_cache = t[V];
+            /* Short calls run once untimed first, so that no build pays for waking the thread
+             * pool (or for the caches the hash below went through) more often than another. */
+            fa_status st = FA_OK;
+            for (int warm = r == 0 || b->seconds[r - 1] < 0.1; warm >= 0 && st == FA_OK; warm--) {
+                b->seconds[r] = now();
+                st = dec ? b->forward_kvcache(NULL, &p, &t[Q], &kv, &t[OUT], &l)
+                         : b->forward(NULL, &p, &t[Q], &t[K], &t[V], &t[OUT], &l);
+            }
+            double t0 = b->seconds[r];
+            if (st == FA_OK && bwd) {
                 t0 = now();
                 st = b->backward(NULL, &p, &t[Q], &t[K], &t[V], &t[OUT], &t[DOUT], &l, &t[DQ],
                                  &t[DK], &t[DV]);
@@ -192,18 +251,23 @@ int main(int argc, char **argv) {
                 return 1;
             }
             uint64_t h = 1469598103934665603ull;
-            for (int u = c.bwd ? DQ : OUT; u <= (c.bwd ? DV : OUT); u++)
-                h = fnv1a(h, buf[u], n * es);
+            for (int u = bwd ? DQ : OUT; u <= (bwd ? DV : OUT); u++)
+                h = fnv1a(h, buf[u], count[u] * es);
             b->hash = h;
         }
 
-    const double flop = 4.0 * (double)c.H * (double)c.S * (double)c.S * (double)c.D *
-                        (c.causal ? 0.5 : 1.0) * (c.bwd ? 2.5 : 1.0);
-    printf("%s %s S=%ld D=%ld H=%ld %s, %d rounds; ratio: median over rounds of time / the first "
-           "build's time in that round\n",
-           c.bwd ? "backward" : "forward",
-           c.dtype == FA_DTYPE_F32 ? "f32" : c.dtype == FA_DTYPE_F16 ? "f16" : "bf16", c.S, c.D,
-           c.H, c.causal ? "causal" : "non-causal", c.rounds);
+    /* fwd, bwd: GFLOP/s (the backward 2.5 forwards); decode: GB/s of the cache read */
+    const double work = dec ? 2.0 * (double)nk * (double)es
+                            : 4.0 * (double)c.H * (double)c.S * (double)c.S * (double)c.D *
+                                  (c.causal ? 0.5 : 1.0) * (bwd ? 2.5 : 1.0);
+    static const char *pass_name[3] = {"forward", "backward", "decode"};
+    printf("%s %s S=%ld D=%ld H=%ld Hk=%ld %s, %d rounds; ratio: median over rounds of time / the "
+           "first build's time in that round\n",
+           pass_name[c.pass],
+           c.dtype == FA_DTYPE_F32   ? "f32"
+           : c.dtype == FA_DTYPE_F16 ? "f16"
+                                     : "bf16",
+           c.S, c.D, c.H, c.Hk, c.causal ? "causal" : "non-causal", c.rounds);
     for (int k = 0; k < nb; k++) {
         double ratio[MAX_ROUNDS], t[MAX_ROUNDS];
         for (int r = 0; r < c.rounds; r++) {
@@ -211,11 +275,12 @@ int main(int argc, char **argv) {
             t[r] = builds[k].seconds[r];
         }
         const double m = median(t, c.rounds);
-        printf("  %9.2f ms  %7.1f GFLOP/s  ratio %.3f  hash %016llx  %s\n", 1e3 * m,
-               1e-9 * flop / m, median(ratio, c.rounds), (unsigned long long)builds[k].hash,
-               builds[k].path);
+        printf("  %9.3f ms  %7.1f %s  ratio %.3f  hash %016llx  %s\n", 1e3 * m, 1e-9 * work / m,
+               dec ? "GB/s" : "GFLOP/s", median(ratio, c.rounds),
+               (unsigned long long)builds[k].hash, builds[k].path);
     }
-    for (int t = 0; t < NBUF; t++) free(buf[t]);
+    for (int t = 0; t < NBUF; t++)
+        free(buf[t]);
     free(lse);
     return 0;
 }
