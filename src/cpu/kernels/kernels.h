@@ -52,7 +52,8 @@ typedef struct fa__cpu_kernels {
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
      *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
      * pf: rows the caller reads next (NULL or pf->n == 0: none); each product spreads their
-     * prefetches over its key loop, a few lines per key, so they do not queue up in a burst. */
+     * prefetches over its key loop, a few lines per key, so they do not queue up in a burst. A
+     * set may ignore pf where the hardware's prefetchers do better (avx2's fp32, see there). */
     void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                     int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
