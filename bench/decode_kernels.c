@@ -48,7 +48,7 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
     static const float alpha[MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
     const int qkk = dtype == FA_DTYPE_F32 ? 8 : 64, pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
-    const long passes = 16L * 1024 / L; /* about 16k keys per timing */
+    const long passes = L < 16 * 1024 ? 16L * 1024 / L : 1; /* about 16k keys per timing */
     const void *rows[BLOCK];
     double best = 1e300;
     for (int rep = 0; rep < REPS; rep++) {
