@@ -153,65 +153,100 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
  * row pointers and prefetch loops, pv's accumulator loads and stores). */
 enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
 
+/* Rows [j0, j0 + c) of KV head hk, from rows0, the rows of head h0 (step: bytes from one head's
+ * row to the next head's); returns c. */
+static int head_rows(const void *const *rows0, int64_t j0, int c, int64_t hk, int64_t h0,
+                     int64_t step, const void **rows) {
+    for (int j = 0; j < c; j++) rows[j] = (const char *)rows0[j0 + j] + (hk - h0) * step;
+    return c;
+}
+
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
- * heads side by side) is read front to back a group at a time; on top of that, the qk products ask
- * for the V rows the pv products will need, and the pv products for the K rows of the next
- * block, keys [jn, jn + nn) (nn = 0: none). qbf16: t->Q holds bf16 pairs, and both products run
- * on the bf16 dot product (qk_rows_bf16, then pv_rows_bf16 on P rounded to bf16). */
+ * heads side by side) is read front to back a group at a time. On top of that each product asks
+ * for rows it does not read (kernels.h: qk_rows' pf): where the kernel set has
+ * decode_pf_next_call, the rows of the call after it (the next head, the next group of keys, the
+ * first pv call, the next block's K, keys [jn, jn + nn): nn = 0 none); elsewhere the qk products
+ * ask for the V rows the pv products will need, and the pv products for the next block's K rows.
+ * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
+ * pv_rows_bf16 on P rounded to bf16). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
                          int64_t nn, int masked, int qbf16) {
     static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = p->D, b = t->b, R = t->R, rk = fa__row0_k(p, b);
-    const int64_t hg = (pl->g * pl->br) / R; /* heads whose S and alpha fit at once */
-    const int kb = (int)(D * fa__dtype_size(p->k.dtype)), vb = (int)(D * fa__dtype_size(p->v.dtype));
-    const int64_t kstep = p->k.sh * fa__dtype_size(p->k.dtype), vstep = p->v.sh * fa__dtype_size(p->v.dtype);
+    const int64_t D = p->D, b = t->b, R = t->R, rk = fa__row0_k(p, b), h00 = t->hk0;
+    const int64_t hg = (pl->g * pl->br) / R, hend = h00 + t->nh; /* hg: heads whose S fits */
+    const int64_t kes = fa__dtype_size(p->k.dtype), ves = fa__dtype_size(p->v.dtype);
+    const int kb = (int)(D * kes), vb = (int)(D * ves); /* bytes of a row */
+    const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
     const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : FA_QK_KEYS_HALF;
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
+    const int near = kern->decode_pf_next_call;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
-    fa__row_ptrs(&p->k, b, rk + j0, n, t->hk0, krow);
-    fa__row_ptrs(&p->v, b, rk + j0, n, t->hk0, vrow);
-    if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, t->hk0, knext);
-    for (int64_t h0 = t->hk0; h0 < t->hk0 + t->nh; h0 += hg) {
-        const int64_t h1 = h0 + hg < t->hk0 + t->nh ? h0 + hg : t->hk0 + t->nh;
-        for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ, V asked for
+    fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
+    fa__row_ptrs(&p->v, b, rk + j0, n, h00, vrow);
+    if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, h00, knext);
+    for (int64_t h0 = h00; h0 < hend; h0 += hg) {
+        const int64_t h1 = h0 + hg < hend ? h0 + hg : hend;
+        for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ
             const int c = (int)(n - jg < qkk ? n - jg : qkk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *k[FA_QK_KEYS_HALF], *v[FA_QK_KEYS_HALF];
-                for (int j = 0; j < c; j++) {
-                    k[j] = (const char *)krow[jg + j] + (hk - t->hk0) * kstep;
-                    v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
+                const void *k[FA_QK_KEYS_HALF], *ask[FA_QK_KEYS_HALF];
+                head_rows(krow, jg, c, hk, h00, kstep, k);
+                const int more = (int)(n - jg - qkk < c ? n - jg - qkk : c); /* next group */
+                int na, ab = kb; /* rows asked for, and their bytes */
+                if (near && hk + 1 < h1) {
+                    na = head_rows(krow, jg, c, hk + 1, h00, kstep, ask);
+                } else if (near && more > 0) {
+                    na = head_rows(krow, jg + qkk, more, h0, h00, kstep, ask);
+                } else { /* the first pv call's V rows, or (!near) this call's */
+                    const int first = (int)(n < pvk ? n : pvk); /* the first pv call's keys */
+                    na = near ? head_rows(vrow, 0, first < c ? first : c, h0, h00, vstep, ask)
+                              : head_rows(vrow, jg, c, hk, h00, vstep, ask);
+                    ab = vb;
                 }
-                const fa__prefetch pf = {v, c, vb};
+                const fa__prefetch pf = {ask, na, ab};
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
                 if (qbf16)
                     kern->qk_rows_bf16((int)R, c, (int)(D / 2), (const uint32_t *)t->Q +
-                                       (hk - t->hk0) * R * (D / 2), D / 2, k, pl->qscale, s,
+                                       (hk - h00) * R * (D / 2), D / 2, k, pl->qscale, s,
                                        FA_BC, &pf);
                 else
-                    kern->qk_rows((int)R, c, (int)D, t->Q + (hk - t->hk0) * R * D, D, k,
+                    kern->qk_rows((int)R, c, (int)D, t->Q + (hk - h00) * R * D, D, k,
                                   p->k.dtype, s, FA_BC, &pf);
             }
         }
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0, R);
-        for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V, next K asked for
+        for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
             const int c = (int)(n - jg < pvk ? n - jg : pvk);
-            const int cn = (int)(nn - jg < pvk ? (nn - jg > 0 ? nn - jg : 0) : pvk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *v[FA_PV_KEYS_HALF], *k[FA_PV_KEYS_HALF];
-                for (int j = 0; j < c; j++)
-                    v[j] = (const char *)vrow[jg + j] + (hk - t->hk0) * vstep;
-                for (int j = 0; j < cn; j++)
-                    k[j] = (const char *)knext[jg + j] + (hk - t->hk0) * kstep;
-                const fa__prefetch pf = {k, cn, kb};
+                const void *v[FA_PV_KEYS_HALF], *ask[FA_PV_KEYS_HALF];
+                head_rows(vrow, jg, c, hk, h00, vstep, v);
+                const int more = (int)(n - jg - pvk < c ? n - jg - pvk : c); /* next group */
+                int na, ab = vb;
+                if (near && hk + 1 < h1) {
+                    na = head_rows(vrow, jg, c, hk + 1, h00, vstep, ask);
+                } else if (near && more > 0) {
+                    na = head_rows(vrow, jg + pvk, more, h0, h00, vstep, ask);
+                } else if (near && h1 < hend) { /* the next head group's first qk call */
+                    const int first = (int)(n < qkk ? n : qkk);
+                    na = head_rows(krow, 0, first < c ? first : c, h1, h00, kstep, ask);
+                    ab = kb;
+                } else { /* the next block's K: its first call's rows, or (!near) this group's */
+                    const int64_t from = near ? 0 : jg, left = nn - from > 0 ? nn - from : 0;
+                    const int64_t want = near && left > qkk ? qkk : left;
+                    na = head_rows(knext, from, (int)(want < c ? want : c), near ? h00 : hk, h00,
+                                   kstep, ask);
+                    ab = kb;
+                }
+                const fa__prefetch pf = {ask, na, ab};
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
-                float *o = t->O + (hk - t->hk0) * R * D;
+                float *o = t->O + (hk - h00) * R * D;
                 if (qbf16) { /* P rounded to bf16 pairs, as the prefill's bf16 P V takes it */
                     enum { LD2 = FA_PV_KEYS_HALF / 2 };
                     uint32_t p2[FA_SPLIT_ROWS * LD2]; // P: [R, c/2] pairs

@@ -572,6 +572,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .pv_packed_b = 1, /* one line per row and k step: 77% of its rate on rows 8 KiB apart */
     .qk_rows = qk_rows_avx2,
     .pv_rows = pv_rows_avx2,
+    .decode_pf_next_call = 1, /* Zen 3: prefetcht1 fills L1 */
     .to_f32 = to_f32_avx2,
     .from_f32 = from_f32_avx2,
     .transpose = transpose_avx2,
