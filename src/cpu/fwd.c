@@ -65,15 +65,16 @@ typedef struct fwd_plan {
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
     int64_t ldk, ldv;         /* row strides of the packed fp32 Kᵀ and V (fa__packed_ld) */
-    /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ ([D, Sk], row
-     * stride hp_ldk) and V ([Sk, D], ld ldv) of the last (batch, KV head) it worked on, filled a
-     * chunk of FA_BC keys at a time as its tasks reach them. The query blocks of a head then
+    /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ (per chunk of
+     * FA_BC keys a block pack's [D, FA_BC], ld ldk, one after the other) and V ([Sk, D], ld ldv)
+     * of the last (batch, KV head) it worked on, filled a chunk at a time as its tasks reach
+     * them. The query blocks of a head then
      * pack each key once per thread instead of once per block (K and V rows lie H·D apart, so
      * every pack reads them from memory: 17 times per head at S = 4096 before). hp = NULL:
      * heads longer than FA_HEAD_PACK_MAX allows (or no memory for them), packed per block. */
     float *hp;        /* [threads][hp_floats]: Kᵀ, then V (none where V serves in place) */
     size_t hp_floats;
-    int64_t hp_ldk, hp_chunks;
+    int64_t hp_chunks;
     int64_t *hp_head; /* [threads]: b·Hk + hk whose chunks hp holds, -1: none */
     uint8_t *hp_done; /* [threads][hp_chunks]: chunk packed */
 } fwd_plan;
@@ -268,8 +269,8 @@ static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t
                       int v_in_place, const float **Kt, const float **V) {
     const fa__problem *p = pl->p;
     const int64_t D = p->D, b = t->b, rk = fa__row0_k(p, b), sk = fa__seqlen_k(p, b);
-    float *kt = pl->hp + (size_t)t->worker * pl->hp_floats; // Kᵀ: [D, Sk] (ld hp_ldk)
-    float *v = kt + (size_t)D * pl->hp_ldk;                 // V: [Sk, D] (ld ldv)
+    float *kt = pl->hp + (size_t)t->worker * pl->hp_floats; // Kᵀ: [chunks][D, FA_BC] (ld ldk)
+    float *v = kt + (size_t)(pl->hp_chunks * D * pl->ldk);  // V: [Sk, D] (ld ldv)
     uint8_t *done = pl->hp_done + (size_t)t->worker * pl->hp_chunks;
     if (pl->hp_head[t->worker] != b * p->Hk + hk) {
         memset(done, 0, (size_t)pl->hp_chunks);
@@ -278,13 +279,14 @@ static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t
     for (int64_t c = j0 / FA_BC; c <= (j0 + n - 1) / FA_BC; c++) {
         if (done[c]) continue;
         const int64_t c0 = c * FA_BC, m = sk - c0 < FA_BC ? sk - c0 : FA_BC;
-        fa__kv_block(p, pl->kern, &p->k, b, rk + c0, hk, m, 1, kt + c0, pl->hp_ldk, t->tmp);
+        fa__kv_block(p, pl->kern, &p->k, b, rk + c0, hk, m, 1, kt + c * D * pl->ldk, pl->ldk,
+                     t->tmp);
         if (!v_in_place)
             fa__kv_block(p, pl->kern, &p->v, b, rk + c0, hk, m, 0, v + c0 * pl->ldv, pl->ldv,
                          t->tmp);
         done[c] = 1;
     }
-    *Kt = kt + j0;
+    *Kt = kt + j0 / FA_BC * D * pl->ldk + j0 % FA_BC; /* blocks stay within a chunk */
     if (!v_in_place) *V = v + j0 * pl->ldv;
 }
 
@@ -333,7 +335,9 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
 
     for (int64_t j0 = j_lo, n; j0 < j_hi; j0 += n) {
-        n = j_hi - j0 < FA_BC ? j_hi - j0 : FA_BC;
+        /* Blocks end at multiples of FA_BC (a head pack holds Kᵀ a chunk of FA_BC keys at a
+         * time); only a band that starts between them (a window) makes its first block shorter */
+        n = j_hi - j0 < FA_BC - j0 % FA_BC ? j_hi - j0 : FA_BC - j0 % FA_BC;
         /* Only blocks that cross the band's edge for some row need the mask. */
         int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
         if (rows) {
@@ -363,7 +367,6 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             } else {
                 if (hp) {
                     head_pack(pl, t, hk, j0, n, v_in_place, &Kt, &V);
-                    ldk = pl->hp_ldk;
                 } else {
                     fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, ldk, t->tmp);
                     if (!v_in_place)
@@ -525,10 +528,9 @@ static void head_packs(fwd_plan *pl, int nthreads) {
     /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
     const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL;
     if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return;
-    pl->hp_ldk = fa__packed_ld(sk);
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
     const size_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : (size_t)sk * pl->ldv; /* V rows */
-    pl->hp_floats = fa__round_up((size_t)p->D * pl->hp_ldk + v);
+    pl->hp_floats = fa__round_up((size_t)(pl->hp_chunks * p->D * pl->ldk) + v);
     if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return;
     pl->hp = aligned_alloc(64, (size_t)nthreads * pl->hp_floats * sizeof(float));
     pl->hp_head = malloc((size_t)nthreads * (sizeof(int64_t) + (size_t)pl->hp_chunks));
