@@ -167,9 +167,10 @@ static int head_rows(const void *const *rows0, int64_t j0, int c, int64_t hk, in
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
  * heads side by side) is read front to back a group at a time. On top of that each product asks
  * for rows it does not read (kernels.h: qk_rows' pf): where the kernel set has
- * decode_pf_next_call, the rows of the call after it (the next head, the next group of keys, the
- * first pv call, the next block's K, keys [jn, jn + nn): nn = 0 none); elsewhere the qk products
- * ask for the V rows the pv products will need, and the pv products for the next block's K rows.
+ * decode_pf_next_call, the rows of the call after it (the next head's, the next group of keys',
+ * the first pv call's, the next head group's first K, or the first K of the next block, keys
+ * [jn, jn + nn): nn = 0 none); elsewhere the qk products ask for the V rows the pv products will
+ * need, and the pv products for the next block's K rows.
  * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
  * pv_rows_bf16 on P rounded to bf16). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
