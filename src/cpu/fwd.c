@@ -198,16 +198,16 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 const void *k[FA_QK_KEYS_HALF], *ask[FA_QK_KEYS_HALF];
                 head_rows(krow, jg, c, hk, h00, kstep, k);
                 const int more = (int)(n - jg - qkk < c ? n - jg - qkk : c); /* next group */
+                const int first = (int)(n < pvk ? n : pvk); /* the first pv call's keys */
                 int na, ab = kb; /* rows asked for, and their bytes */
-                if (near && hk + 1 < h1) {
+                if (!near) { /* the V rows of these keys, for the pv phase */
+                    na = head_rows(vrow, jg, c, hk, h00, vstep, ask), ab = vb;
+                } else if (hk + 1 < h1) {
                     na = head_rows(krow, jg, c, hk + 1, h00, kstep, ask);
-                } else if (near && more > 0) {
+                } else if (more > 0) {
                     na = head_rows(krow, jg + qkk, more, h0, h00, kstep, ask);
-                } else { /* the first pv call's V rows, or (!near) this call's */
-                    const int first = (int)(n < pvk ? n : pvk); /* the first pv call's keys */
-                    na = near ? head_rows(vrow, 0, first < c ? first : c, h0, h00, vstep, ask)
-                              : head_rows(vrow, jg, c, hk, h00, vstep, ask);
-                    ab = vb;
+                } else { /* the first pv call's V rows */
+                    na = head_rows(vrow, 0, first < c ? first : c, h0, h00, vstep, ask), ab = vb;
                 }
                 const fa__prefetch pf = {ask, na, ab};
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
@@ -229,21 +229,21 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 const void *v[FA_PV_KEYS_HALF], *ask[FA_PV_KEYS_HALF];
                 head_rows(vrow, jg, c, hk, h00, vstep, v);
                 const int more = (int)(n - jg - pvk < c ? n - jg - pvk : c); /* next group */
+                const int first = (int)(n < qkk ? n : qkk); /* a block's first qk call's keys */
+                const int next = (int)(nn < qkk ? nn : qkk);  /* the next block's, likewise */
+                const int64_t left = nn - jg > 0 ? nn - jg : 0; /* next block's keys from jg */
                 int na, ab = vb;
-                if (near && hk + 1 < h1) {
+                if (!near) { /* the next block's K rows of these positions */
+                    na = head_rows(knext, jg, (int)(left < c ? left : c), hk, h00, kstep, ask);
+                    ab = kb;
+                } else if (hk + 1 < h1) {
                     na = head_rows(vrow, jg, c, hk + 1, h00, vstep, ask);
-                } else if (near && more > 0) {
+                } else if (more > 0) {
                     na = head_rows(vrow, jg + pvk, more, h0, h00, vstep, ask);
-                } else if (near && h1 < hend) { /* the next head group's first qk call */
-                    const int first = (int)(n < qkk ? n : qkk);
-                    na = head_rows(krow, 0, first < c ? first : c, h1, h00, kstep, ask);
-                    ab = kb;
-                } else { /* the next block's K: its first call's rows, or (!near) this group's */
-                    const int64_t from = near ? 0 : jg, left = nn - from > 0 ? nn - from : 0;
-                    const int64_t want = near && left > qkk ? qkk : left;
-                    na = head_rows(knext, from, (int)(want < c ? want : c), near ? h00 : hk, h00,
-                                   kstep, ask);
-                    ab = kb;
+                } else if (h1 < hend) { /* the next head group's first qk call */
+                    na = head_rows(krow, 0, first < c ? first : c, h1, h00, kstep, ask), ab = kb;
+                } else { /* the next block's first qk call */
+                    na = head_rows(knext, 0, next < c ? next : c, h00, h00, kstep, ask), ab = kb;
                 }
                 const fa__prefetch pf = {ask, na, ab};
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
@@ -380,11 +380,11 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                     ldv = p->v.ss;
                 }
             }
-            const int64_t nn = fa__next_block(j0, j_hi);
+            const int64_t jn = j0 + n, nn = j_hi - jn < FA_BC ? j_hi - jn : FA_BC;
             /* the next block arrives while this one runs, unless this thread packed it already */
-            if (nn > 0 && !(hp && head_packed(pl, t, hk, j0 + FA_BC))) {
-                fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
-                fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
+            if (nn > 0 && !(hp && head_packed(pl, t, hk, jn))) {
+                fa__prefetch_block(&p->k, b, rk + jn, nn, hk, D);
+                fa__prefetch_block(&p->v, b, rk + jn, nn, hk, D);
             }
             for (int64_t u = 0; u < runs; u++) { // S rows [u·nr + lo, end): [len, n], then softmax
                 const int64_t end = u * nr + lo + len;

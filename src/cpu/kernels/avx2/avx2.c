@@ -291,10 +291,10 @@ static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const 
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. fp32 rows
- * ignore pf: on Zen 3 (AVX2 only, 512 KiB of L2 per core) fp32 decode ran 20-27% faster on the
- * hardware's prefetchers alone (bench_ab_builds --pass decode, caches of 2k to 128k tokens, 1
- * to 8 query heads per KV head), while fp16 and bf16 decode of 128k-token caches ran 8-11%
- * slower without pf. */
+ * ignore pf: on Zen 3 (AVX2 only, 512 KiB of L2 per core) fp32 decode took 0.73-0.81 of the
+ * time on the hardware's prefetchers alone (bench_ab_builds --pass decode, caches of 2k to 128k
+ * tokens, 1 to 8 query heads per KV head), while fp16 and bf16 decode of 128k-token caches took
+ * 1.06-1.11 of it without pf. */
 static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
     if (dtype == FA_DTYPE_F32) pf = NULL;
