@@ -211,36 +211,68 @@ static inline __m256 sum8(const __m256 v[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
 }
 
-/* Tiles of 4 rows x 2 keys: 8 accumulators over d, then one 8-way reduction whose lanes 2ii,
- * 2ii+1 are row ii's scores. DT is a compile-time dtype in each caller. */
+/* The 4 sums of v[0..4) in the lanes of an xmm, added in sum8's order. */
+static inline __m128 sum4(const __m256 v[4]) {
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+}
+
+/* One tile of qk_rows: rows i0..i0+3 (rows past m repeat row i0: computed, not stored) x NK = 2
+ * or 3 keys from j0 (keys past n repeat key j0), 4·NK accumulators over d, then sum8 (and sum4
+ * for a third key). */
+static inline __attribute__((always_inline)) void
+qk_rows_tile(int m, int i0, int n, int j0, const int NK, int d, const float *q, int64_t ldq,
+             const void *const *k, const int32_t DT, float *s, int64_t lds) {
+    const void *kr[3];
+    for (int jj = 0; jj < 3; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0];
+    const float *qr[4];
+    for (int ii = 0; ii < 4; ii++) qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
+    __m256 acc[12]; /* acc[2 ii + jj]: row i0+ii, key j0+jj (jj < 2); acc[8 + ii]: key j0+2 */
+    for (int t = 0; t < 12; t++) acc[t] = _mm256_setzero_ps();
+#define FA_QK_STEP(left)                                                                           \
+    do {                                                                                           \
+        const __m256 kv0 = load8(kr[0], DT, c, left), kv1 = load8(kr[1], DT, c, left);           \
+        const __m256 kv2 = NK > 2 ? load8(kr[2], DT, c, left) : kv0;                              \
+        for (int ii = 0; ii < 4; ii++) {                                                           \
+            const __m256 qv = load8(qr[ii], FA_DTYPE_F32, c, left);                               \
+            acc[2 * ii] = _mm256_fmadd_ps(qv, kv0, acc[2 * ii]);                                   \
+            acc[2 * ii + 1] = _mm256_fmadd_ps(qv, kv1, acc[2 * ii + 1]);                           \
+            if (NK > 2) acc[8 + ii] = _mm256_fmadd_ps(qv, kv2, acc[8 + ii]);                       \
+        }                                                                                          \
+    } while (0)
+    int c = 0;
+    for (; c + 8 <= d; c += 8) FA_QK_STEP(8);
+    if (c < d) FA_QK_STEP(d - c);
+#undef FA_QK_STEP
+    float out[12];
+    _mm256_storeu_ps(out, sum8(acc));
+    if (NK > 2) _mm_storeu_ps(out + 8, sum4(acc + 8));
+    for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
+        for (int jj = 0; jj < NK && j0 + jj < n; jj++)
+            s[(i0 + ii) * lds + j0 + jj] = out[jj < 2 ? 2 * ii + jj : 8 + ii];
+}
+
+/* Tiles of 4 rows x 3 keys (12 accumulators, as pv_rows_dt's), the keys that do not split in
+ * threes as 2-key tiles (n = 64: twenty of 3, two of 2). DT is a compile-time dtype in each
+ * caller. */
 static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d, const float *q,
                                                              int64_t ldq, const void *const *k,
                                                              const int32_t DT, float *s,
                                                              int64_t lds, const fa__prefetch *pf) {
-    for (int i0 = 0; i0 < m; i0 += 4)
-        for (int j0 = 0; j0 < n; j0 += 2) {
-            if (i0 == 0) /* pf's rows, 2 per 2 keys */
-                for (int r = j0; r < j0 + 2; r++) prefetch_row(pf, r);
-            __m256 acc[8]; /* acc[2 ii + jj]: row i0+ii, key j0+jj */
-            for (int t = 0; t < 8; t++) acc[t] = _mm256_setzero_ps();
-            const void *k0 = k[j0], *k1 = k[j0 + 1 < n ? j0 + 1 : j0]; /* pad: repeat */
-            const float *qr[4];
-            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
-                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
-            for (int c = 0; c < d; c += 8) {
-                const __m256 kv0 = load8(k0, DT, c, d - c), kv1 = load8(k1, DT, c, d - c);
-                for (int ii = 0; ii < 4; ii++) {
-                    const __m256 qv = load8(qr[ii], FA_DTYPE_F32, c, d - c);
-                    acc[2 * ii] = _mm256_fmadd_ps(qv, kv0, acc[2 * ii]);
-                    acc[2 * ii + 1] = _mm256_fmadd_ps(qv, kv1, acc[2 * ii + 1]);
-                }
-            }
-            float out[8];
-            _mm256_storeu_ps(out, sum8(acc));
-            for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
-                for (int jj = 0; jj < 2 && j0 + jj < n; jj++)
-                    s[(i0 + ii) * lds + j0 + jj] = out[2 * ii + jj];
+    const int n3 = n % 3 == 1 && n > 1 ? n - 4 : n - n % 3; /* keys in 3-key tiles */
+    for (int i0 = 0; i0 < m; i0 += 4) {
+        int j0 = 0;
+        for (; j0 < n3; j0 += 3) {
+            if (i0 == 0) /* pf's rows, 3 per 3 keys */
+                for (int r = j0; r < j0 + 3; r++) prefetch_row(pf, r);
+            qk_rows_tile(m, i0, n, j0, 3, d, q, ldq, k, DT, s, lds);
         }
+        for (; j0 < n; j0 += 2) {
+            if (i0 == 0)
+                for (int r = j0; r < j0 + 2; r++) prefetch_row(pf, r);
+            qk_rows_tile(m, i0, n, j0, 2, d, q, ldq, k, DT, s, lds);
+        }
+    }
 }
 
 /* The last one or two rows (TR) of qk_rows, which a decode with one or two query rows per KV
@@ -306,7 +338,7 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
 }
 
-/* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1 or 2; the last chunk may be partial): 4·W
+/* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1, 2 or 3; the last chunk may be partial): 4·W
  * named accumulators summed over the keys, then alpha O + sum. Rows past m repeat row i0's
  * probabilities and are not stored. */
 static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
@@ -321,24 +353,26 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
     const __m256 z = _mm256_setzero_ps();
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+7 */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* c+8 .. c+15 */
+    __m256 e0 = z, e1 = z, e2 = z, e3 = z; /* c+16 .. c+23 */
     for (int j = 0; j < n; j++) {
         prefetch_row(pf, j); /* the caller passes pf to the first tile only */
-        const __m256 s0 = _mm256_broadcast_ss(p0 + j), s1 = _mm256_broadcast_ss(p1 + j);
-        const __m256 s2 = _mm256_broadcast_ss(p2 + j), s3 = _mm256_broadcast_ss(p3 + j);
         const __m256 va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
-        a0 = _mm256_fmadd_ps(s0, va, a0);
-        a1 = _mm256_fmadd_ps(s1, va, a1);
-        a2 = _mm256_fmadd_ps(s2, va, a2);
-        a3 = _mm256_fmadd_ps(s3, va, a3);
-        if (W >= 2) {
-            const __m256 vb = load8(v[j], DT, c + 8, d - c - 8); /* V[j, c+8:c+16] */
-            b0 = _mm256_fmadd_ps(s0, vb, b0);
-            b1 = _mm256_fmadd_ps(s1, vb, b1);
-            b2 = _mm256_fmadd_ps(s2, vb, b2);
-            b3 = _mm256_fmadd_ps(s3, vb, b3);
-        }
+        const __m256 vb = W >= 2 ? load8(v[j], DT, c + 8, d - c - 8) : z;
+        const __m256 ve = W >= 3 ? load8(v[j], DT, c + 16, d - c - 16) : z;
+#define FA_PV_ROW(ii, pi)                                                                          \
+    do {                                                                                           \
+        const __m256 sp = _mm256_broadcast_ss(pi + j); /* P[i0 + ii, j] */                       \
+        a##ii = _mm256_fmadd_ps(sp, va, a##ii);                                                    \
+        if (W >= 2) b##ii = _mm256_fmadd_ps(sp, vb, b##ii);                                        \
+        if (W >= 3) e##ii = _mm256_fmadd_ps(sp, ve, e##ii);                                        \
+    } while (0)
+        FA_PV_ROW(0, p0);
+        FA_PV_ROW(1, p1);
+        FA_PV_ROW(2, p2);
+        FA_PV_ROW(3, p3);
+#undef FA_PV_ROW
     }
-    const __m256 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    const __m256 acc[3][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}};
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < rows; ii++) {
@@ -351,6 +385,9 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
     }
 }
 
+/* 4-row tiles 24 columns wide while more than 32 are left (12 accumulators: Zen 3's FMAs, 4
+ * cycles of latency at 2 a cycle, need 8 in flight, and 12 leave slack for the loads), then 16
+ * and 8 wide (D = 128: four of 24 and two of 16). */
 static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d, const float *p,
                                                              int64_t ldp, const void *const *v,
                                                              const int32_t DT, const float *alpha,
@@ -358,6 +395,8 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
                                                              const fa__prefetch *pf) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
+        for (; d - c > 32; c += 24, pf = NULL)
+            pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, pf);
         for (; d - c > 8; c += 16, pf = NULL)
             pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
         if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
