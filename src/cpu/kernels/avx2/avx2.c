@@ -203,6 +203,15 @@ static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetc
             _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
 }
 
+/* A tile's share of pf, rows [r0, r1), spread evenly over its n keys: called once per key, *due
+ * and *r keep the place (start them at 0 and r0). Rows asked for in a burst at a call's start
+ * took 0.90-0.95 of the time in fp16/bf16 decode once spread (bench_ab_builds --pass decode). */
+static inline __attribute__((always_inline)) void prefetch_spread(const fa__prefetch *pf, int n,
+                                                                  int r0, int r1, int *due,
+                                                                  int *r) {
+    for (*due += r1 - r0; *due >= n; *due -= n) prefetch_row(pf, (*r)++);
+}
+
 /* The 8 sums of v[0..8): lane k of the result is the sum of v[k]'s lanes. */
 static inline __m256 sum8(const __m256 v[8]) {
     const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
@@ -341,12 +350,10 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
 /* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1, 2 or 3; the last chunk may be partial): 4·W
  * named accumulators summed over the keys, then alpha O + sum. Rows past m repeat row i0's
  * probabilities and are not stored. */
-static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, int n, int d, int c,
-                                                               const int W, const float *p,
-                                                               int64_t ldp, const void *const *v,
-                                                               const int32_t DT,
-                                                               const float *alpha, float *o,
-                                                               int64_t ldo, const fa__prefetch *pf) {
+static inline __attribute__((always_inline)) void
+pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p, int64_t ldp,
+             const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
+             const fa__prefetch *pf, int r0, int r1) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
@@ -354,8 +361,9 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int m, int i0, in
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+7 */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* c+8 .. c+15 */
     __m256 e0 = z, e1 = z, e2 = z, e3 = z; /* c+16 .. c+23 */
+    int r = r0, due = 0;
     for (int j = 0; j < n; j++) {
-        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        prefetch_spread(pf, n, r0, r1, &due, &r);
         const __m256 va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
         const __m256 vb = W >= 2 ? load8(v[j], DT, c + 8, d - c - 8) : z;
         const __m256 ve = W >= 3 ? load8(v[j], DT, c + 16, d - c - 16) : z;
@@ -393,15 +401,24 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
                                                              const int32_t DT, const float *alpha,
                                                              float *o, int64_t ldo,
                                                              const fa__prefetch *pf) {
+    int tiles = 0; /* per 4 rows */
+    for (int c = 0; d - c > 0; c += d - c > 32 ? 24 : 16) tiles++;
+    tiles *= (m + 3) / 4;
+    const int np = pf ? pf->n : 0;
+    int t = 0; /* tile t asks for pf's rows [t·np/tiles, (t+1)·np/tiles) */
+#define FA_PV_TILE(W)                                                                              \
+    do {                                                                                           \
+        pv_rows_tile(m, i0, n, d, c, W, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles,          \
+                     (t + 1) * np / tiles);                                                        \
+        t++;                                                                                       \
+    } while (0)
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; d - c > 32; c += 24, pf = NULL)
-            pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, pf);
-        for (; d - c > 8; c += 16, pf = NULL)
-            pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-        if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
-        pf = NULL;
+        for (; d - c > 32; c += 24) FA_PV_TILE(3);
+        for (; d - c > 8; c += 16) FA_PV_TILE(2);
+        if (d - c > 0) FA_PV_TILE(1);
     }
+#undef FA_PV_TILE
 }
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
@@ -410,13 +427,14 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
 static inline __attribute__((always_inline)) void
 pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
               const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
-              const fa__prefetch *pf) {
+              const fa__prefetch *pf, int r0, int r1) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m256 z = _mm256_setzero_ps();
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* row 0, chunk w */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* row 1 */
+    int r = r0, due = 0;
     for (int j = 0; j < n; j++) {
-        prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        prefetch_spread(pf, n, r0, r1, &due, &r);
         const __m256 s0 = _mm256_broadcast_ss(p0 + j), s1 = _mm256_broadcast_ss(p1 + j);
 #define FA_PV_SMALL(w)                                                                             \
     do {                                                                                           \
@@ -449,11 +467,15 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t 
 static inline __attribute__((always_inline)) void
 pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp, const void *const *v,
              const int32_t DT, const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf) {
-    int c = 0;
-    for (; d - c > 16; c += 32, pf = NULL)
-        pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
-    if (d - c > 8) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+    const int tiles = (d + 31) / 32, np = pf ? pf->n : 0; /* tile t: pf's rows as pv_rows_dt's */
+    int c = 0, t = 0;
+    for (; d - c > 16; c += 32, t++)
+        pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles,
+                      (t + 1) * np / tiles);
+    if (d - c > 8)
+        pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
+    else if (d - c > 0)
+        pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
 }
 
 /* pv_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each call. */
