@@ -6,7 +6,7 @@
  *
  * One block as fwd.c runs it on a non-causal task (FA_ROWS = 252 query rows, FA_BC = 128 keys,
  * head dim D): K's rows are packed transposed (transpose), S = Q Kᵀ (qk), each row gets its max
- * and P = 2^(S - max) with its sum (row_max, exp2_sum), O = diag(alpha) O + P V (pv) with V read
+ * and P = 2^(S - max) with its sum (softmax_rows), O = diag(alpha) O + P V (pv) with V read
  * in place as BSHD rows H·D floats apart where the kernel set allows it (fa__rows_in_place), else
  * from a packed copy; packs have the forward's row strides (fa__packed_ld). The forward packs a
  * key once per thread and head (its head packs), so "pack K" costs it far less than a block's. K and V are [FA_BC keys, H = 16 heads, D] like a BSHD tensor, so their rows
@@ -57,6 +57,8 @@ typedef struct block {
     float *s;     // S: [ROWS, FA_BC]
     float *o;     // O: [ROWS, d]
     float *alpha; // alpha: [ROWS]
+    float *m;     // m, sum: [ROWS], the softmax's max and sum per row
+    float *sum;
     pthread_barrier_t *start;
     double seconds;
 } block;
@@ -85,11 +87,13 @@ static void block_init(block *w, const fa__cpu_kernels *kern, int d, unsigned se
     w->o = floats((size_t)ROWS * d, 0.0f, 0);
     w->alpha = floats(ROWS, 0.0f, 0);
     for (int r = 0; r < ROWS; r++) w->alpha[r] = 1.0f;
+    w->m = floats(ROWS, 0.0f, 0);
+    w->sum = floats(ROWS, 0.0f, 0);
 }
 
 static void block_free(block *w) {
     free(w->k), free(w->v), free(w->kt), free(w->vp), free(w->q), free(w->s), free(w->o);
-    free(w->alpha);
+    free(w->alpha), free(w->m), free(w->sum);
 }
 
 /* The steps of one block, as fwd.c's run_rows takes them. */
@@ -103,13 +107,10 @@ static void run_block(block *w) {
             for (int j = 0; j < FA_BC; j++) memcpy(w->vp + j * fa__packed_ld(d), w->v + j * ld, sizeof(float) * d);
     }
     if (w->steps & STEP_QK) kern->qk(ROWS, FA_BC, d, w->q, d, w->kt, fa__packed_ld(FA_BC), w->s, FA_BC);
-    if (w->steps & STEP_SOFTMAX)
-        for (int r = 0; r < ROWS; r++) {
-            float *s = w->s + r * FA_BC;
-            w->alpha[r] = 1.0f; /* the forward's exp2f(m - m_new) is one scalar per row */
-            const float mx = kern->row_max(FA_BC, s);
-            (void)kern->exp2_sum(FA_BC, s, mx);
-        }
+    if (w->steps & STEP_SOFTMAX) { /* alpha stays 1: the forward's exp2f(m - m_new) per row */
+        for (int r = 0; r < ROWS; r++) w->m[r] = -INFINITY;
+        kern->softmax_rows(ROWS, FA_BC, w->s, FA_BC, w->m, w->sum);
+    }
     if (w->steps & STEP_PV) {
         const float *v = w->v_in_place ? w->v : w->vp;
         kern->pv(ROWS, FA_BC, d, w->s, FA_BC, v, w->v_in_place ? ld : fa__packed_ld(d), w->alpha, w->o, d);

@@ -135,16 +135,21 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     float *m = t->m + base, *l = t->l + base;
     for (int64_t r = r0; r < r1; r++) {
-        float *s = S + r * FA_BC; // s: [n]
         const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
-        fa__score_epilogue(p, pl->softcap_l2, s, n, i, j0, off, sk, b, h, masked, NULL);
-        const float mx = kern->row_max((int)n, s);
-        const float m_new = mx > m[r] ? mx : m[r];
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new; // all masked so far: P = 0
-        alpha[r] = exp2f(m[r] - m_use);
-        l[r] = alpha[r] * l[r] + kern->exp2_sum((int)n, s, m_use);
-        m[r] = m_new;
-        fa__dropout_row(p, b, h, i, j0, n, s, NULL); /* l keeps the undropped sum */
+        fa__score_epilogue(p, pl->softcap_l2, S + r * FA_BC, n, i, j0, off, sk, b, h, masked, NULL);
+        alpha[r] = m[r]; /* the max before this block, until the factor replaces it */
+    }
+    for (int64_t q0 = r0, q1; q0 < r1; q0 = q1) { /* a chunk of rows at a time */
+        enum { CHUNK = 32 };
+        float sum[CHUNK];
+        q1 = r1 - q0 < CHUNK ? r1 : q0 + CHUNK;
+        kern->softmax_rows((int)(q1 - q0), (int)n, S + q0 * FA_BC, FA_BC, m + q0, sum);
+        for (int64_t r = q0; r < q1; r++) {
+            alpha[r] = exp2f(alpha[r] - fa__softmax_mu(&m[r], -INFINITY)); /* the row's mu */
+            l[r] = alpha[r] * l[r] + sum[r - q0];
+            const int64_t i = t->i0 + r % nr, h = hk * pl->g + r / nr;
+            fa__dropout_row(p, b, h, i, j0, n, S + r * FA_BC, NULL); /* l: the undropped sum */
+        }
     }
 }
 

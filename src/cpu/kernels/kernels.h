@@ -7,6 +7,7 @@
 #ifndef FA_CPU_KERNELS_H
 #define FA_CPU_KERNELS_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each. */
@@ -68,9 +69,6 @@ typedef struct fa__cpu_kernels {
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);
 
-    /* max over x[0..n); -INFINITY when n == 0 or every element is -INFINITY. */
-    float (*row_max)(int n, const float *x);
-
     /* bf16 products, NULL where the CPU has no bf16 dot product. Operands hold bf16 pairs along
      * the reduction dimension in 32-bit words (an odd tail padded with a bf16 zero):
      *   qk_bf16: S = scale · Q Kᵀ.  Q: [m, d2] pairs (ldq), K packed as [d2, n] pairs (ldk),
@@ -115,7 +113,28 @@ typedef struct fa__cpu_kernels {
     /* x[i] = 2^(x[i] - m) in place, returning the sum. x[i] = -INFINITY or m = +INFINITY gives
      * 0, never NaN; x[i] - m <= 0 is all the callers need. */
     float (*exp2_sum)(int n, float *x, float m);
+
+    /* The online softmax's step on rows of scores, rows x[r·ldx + 0..n), r < rows: per row
+     * m[r] = max(m[r], max of its scores), then its scores x[t] = 2^(x[t] - mu) in place, mu
+     * being the new m[r], or 0 while that is -INFINITY (a row that sees no key yet: P = 0;
+     * fa__softmax_mu); sum[r] = the sum of the row's new values. */
+    void (*softmax_rows)(int rows, int n, float *x, int64_t ldx, float *m, float *sum);
 } fa__cpu_kernels;
+
+/* softmax_rows' mu: *m becomes max(*m, mx), the row's max so far; mu is that, or 0 while it is
+ * -INFINITY. */
+static inline float fa__softmax_mu(float *m, float mx) {
+    if (mx > *m) *m = mx;
+    return *m == -INFINITY ? 0.0f : *m;
+}
+
+/* softmax_rows by two passes over each row: a set's row max, then its exp2_sum. */
+static inline void fa__softmax_rows_2pass(int rows, int n, float *x, int64_t ldx, float *m,
+                                          float *sum, float (*row_max)(int, const float *),
+                                          float (*exp2_sum)(int, float *, float)) {
+    for (int r = 0; r < rows; r++)
+        sum[r] = exp2_sum(n, x + r * ldx, fa__softmax_mu(m + r, row_max(n, x + r * ldx)));
+}
 
 /* Runs CALL with FA_DT bound to dtype (f32, f16 or bf16) as a compile-time constant: a kernel
  * written for one dtype then inlines once per dtype and picks its conversion outside its loops. */

@@ -625,6 +625,11 @@ static float exp2_sum_avx2(int n, float *x, float m) {
     return hsum(sum);
 }
 
+/* The online softmax step (kernels.h): per row the max, then the exp2 and the sum. */
+static void softmax_rows_avx2(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
+    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_avx2, exp2_sum_avx2);
+}
+
 const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .name = "avx2",
     .qk = qk_avx2,
@@ -637,6 +642,6 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .to_f32 = to_f32_avx2,
     .from_f32 = from_f32_avx2,
     .transpose = transpose_avx2,
-    .row_max = row_max_avx2,
+    .softmax_rows = softmax_rows_avx2,
     .exp2_sum = exp2_sum_avx2,
 };

@@ -504,6 +504,49 @@ static float exp2_sum_avx512(int n, float *x, float m) {
     return _mm512_reduce_add_ps(sum);
 }
 
+/* The online softmax step on R (1 or 2) rows of up to 128 scores, each held in 8 zmm: a row's
+ * max and sum are trees (depth 3, then the in-register reduction) and its 8 exp2 run side by
+ * side. Separate row_max and exp2_sum passes were chains of 8 dependent steps; here the rows'
+ * own latency (max, reduction, exp2, sum) is what is left, so two rows run interleaved. */
+FA_INLINE void softmax_tile(const int R, int n, float *x, int64_t ldx, float *m, float *sum) {
+    enum { W = 8 }; /* vectors per row */
+    __m512 v[2][W];
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 8") for (int i = 0; i < W; i++)
+            v[r][i] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n - 16 * i),
+                                           x + r * ldx + 16 * i);
+    }
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+        const __m512 *u = v[r];
+        const __m512 t0 = _mm512_max_ps(_mm512_max_ps(u[0], u[1]), _mm512_max_ps(u[2], u[3]));
+        const __m512 t1 = _mm512_max_ps(_mm512_max_ps(u[4], u[5]), _mm512_max_ps(u[6], u[7]));
+        const __m512 mu =
+            _mm512_set1_ps(fa__softmax_mu(m + r, _mm512_reduce_max_ps(_mm512_max_ps(t0, t1))));
+        _Pragma("GCC unroll 8") for (int i = 0; i < W; i++) {
+            v[r][i] = fa__exp2_ps(_mm512_sub_ps(v[r][i], mu));
+            _mm512_mask_storeu_ps(x + r * ldx + 16 * i, tail_mask(n - 16 * i), v[r][i]);
+        }
+    }
+    _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+        const __m512 *u = v[r];
+        const __m512 s0 = _mm512_add_ps(_mm512_add_ps(u[0], u[1]), _mm512_add_ps(u[2], u[3]));
+        const __m512 s1 = _mm512_add_ps(_mm512_add_ps(u[4], u[5]), _mm512_add_ps(u[6], u[7]));
+        sum[r] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    }
+}
+
+/* The online softmax step (kernels.h): rows of up to 128 scores in pairs (softmax_tile), longer
+ * rows by the two passes. */
+static void softmax_rows_avx512(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
+    if (n > 128) {
+        fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_avx512, exp2_sum_avx512);
+        return;
+    }
+    int r = 0;
+    for (; r + 2 <= rows; r += 2) softmax_tile(2, n, x + r * ldx, ldx, m + r, sum + r);
+    if (r < rows) softmax_tile(1, n, x + r * ldx, ldx, m + r, sum + r);
+}
+
 const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .name = "avx512",
     .qk = qk_avx512,
@@ -514,7 +557,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .qk_rows = qk_rows_avx512,
     .pv_rows = pv_rows_avx512,
     .transpose = transpose_avx512,
-    .row_max = row_max_avx512,
+    .softmax_rows = softmax_rows_avx512,
     .exp2_sum = exp2_sum_avx512,
     .pv_packed_b = 1, /* Zen 5: pv at 88% of qk's rate on rows 8 KiB apart, 100% packed */
 };

@@ -504,6 +504,11 @@ static float exp2_sum_neon(int n, float *x, float m) {
     return vaddvq_f32(vaddq_f32(sum0, sum1));
 }
 
+/* The online softmax step (kernels.h): per row the max, then the exp2 and the sum. */
+static void softmax_rows_neon(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
+    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_neon, exp2_sum_neon);
+}
+
 const fa__cpu_kernels fa__cpu_kernels_neon = {
     .name = "neon",
     .qk = qk_neon,
@@ -514,6 +519,6 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .to_f32 = to_f32_neon,
     .from_f32 = from_f32_neon,
     .transpose = transpose_neon,
-    .row_max = row_max_neon,
+    .softmax_rows = softmax_rows_neon,
     .exp2_sum = exp2_sum_neon,
 };

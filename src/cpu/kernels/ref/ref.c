@@ -84,6 +84,11 @@ static float exp2_sum_ref(int n, float *x, float m) {
     return sum;
 }
 
+/* The online softmax step (kernels.h): per row the max, then the exp2 and the sum. */
+static void softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
+    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_ref, exp2_sum_ref);
+}
+
 const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
     .qk = qk_ref,
@@ -91,6 +96,6 @@ const fa__cpu_kernels fa__cpu_kernels_ref = {
     .to_f32 = to_f32_ref,
     .from_f32 = from_f32_ref,
     .transpose = transpose_ref,
-    .row_max = row_max_ref,
+    .softmax_rows = softmax_rows_ref,
     .exp2_sum = exp2_sum_ref,
 };
