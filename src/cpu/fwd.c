@@ -171,8 +171,8 @@ static int head_rows(const void *const *rows0, int64_t j0, int c, int64_t hk, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
  * heads side by side) is read front to back a group at a time. On top of that each product asks
- * for rows it does not read (kernels.h: qk_rows' pf): where the kernel set has
- * decode_pf_next_call, the rows of the call after it (the next head's, the next group of keys',
+ * for rows it does not read (kernels.h: qk_rows' pf): where the kernel set's decode_pf_next_call
+ * has the cache's dtype, the rows of the call after it (the next head's, the next group of keys',
  * the first pv call's, the next head group's first K, or the first K of the next block, keys
  * [jn, jn + nn): nn = 0 none); elsewhere the qk products ask for the V rows the pv products will
  * need, and the pv products for the next block's K rows.
@@ -190,7 +190,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
     const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : FA_QK_KEYS_HALF;
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
-    const int near = kern->decode_pf_next_call;
+    const int near = kern->decode_pf_next_call >> p->k.dtype & 1;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, h00, vrow);
