@@ -154,10 +154,9 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
 }
 
 /* Keys per decode product call. Calls take 8 keys of fp32 K or V (reading the cache in small
- * groups, front to back, keeps fp32 decode at its best read rate), and 64 (qk) or 32 (pv) of
- * fp16/bf16 rows, whose decode is bound by the cores: longer calls save the per-call work (the
- * row pointers and prefetch loops, pv's accumulator loads and stores). */
-enum { FA_QK_KEYS_F32 = 8, FA_QK_KEYS_HALF = 64, FA_PV_KEYS_F32 = 8, FA_PV_KEYS_HALF = 32 };
+ * groups, front to back, keeps fp32 decode at its best read rate), and the kernel set's
+ * decode_keys_half of fp16/bf16 rows (at most FA_DECODE_KEYS). */
+enum { FA_QK_KEYS_F32 = 8, FA_PV_KEYS_F32 = 8, FA_DECODE_KEYS = 64 };
 
 /* Rows [j0, j0 + c) of KV head hk, from rows0, the rows of head h0 (step: bytes from one head's
  * row to the next head's); returns c. */
@@ -188,8 +187,8 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t kes = fa__dtype_size(p->k.dtype), ves = fa__dtype_size(p->v.dtype);
     const int kb = (int)(D * kes), vb = (int)(D * ves); /* bytes of a row */
     const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
-    const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : FA_QK_KEYS_HALF;
-    const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : FA_PV_KEYS_HALF;
+    const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : kern->decode_keys_half[0];
+    const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : kern->decode_keys_half[1];
     const int near = kern->decode_pf_next_call >> p->k.dtype & 1;
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
@@ -200,7 +199,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ
             const int c = (int)(n - jg < qkk ? n - jg : qkk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *k[FA_QK_KEYS_HALF], *ask[FA_QK_KEYS_HALF];
+                const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(krow, jg, c, hk, h00, kstep, k);
                 const int more = (int)(n - jg - qkk < c ? n - jg - qkk : c); /* next group */
                 const int first = (int)(n < pvk ? n : pvk); /* the first pv call's keys */
@@ -231,7 +230,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
             const int c = (int)(n - jg < pvk ? n - jg : pvk);
             for (int64_t hk = h0; hk < h1; hk++) {
-                const void *v[FA_PV_KEYS_HALF], *ask[FA_PV_KEYS_HALF];
+                const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(vrow, jg, c, hk, h00, vstep, v);
                 const int more = (int)(n - jg - pvk < c ? n - jg - pvk : c); /* next group */
                 const int first = (int)(n < qkk ? n : qkk); /* a block's first qk call's keys */
@@ -255,7 +254,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
                 float *o = t->O + (hk - h00) * R * D;
                 if (qbf16) { /* P rounded to bf16 pairs, as the prefill's bf16 P V takes it */
-                    enum { LD2 = FA_PV_KEYS_HALF / 2 };
+                    enum { LD2 = FA_DECODE_KEYS / 2 };
                     uint32_t p2[FA_SPLIT_ROWS * LD2]; // P: [R, c/2] pairs
                     for (int64_t r = 0; r < R; r++)
                         kern->to_bf16(c, sp + r * FA_BC, (uint16_t *)(p2 + r * LD2));

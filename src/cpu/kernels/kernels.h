@@ -66,6 +66,11 @@ typedef struct fa__cpu_kernels {
                     int32_t dtype, const float *alpha, float *o, int64_t ldo,
                     const fa__prefetch *pf);
     int decode_pf_next_call;
+    /* Keys per decode call of qk_rows, then of pv_rows, on fp16/bf16 rows (1..64; fp32 rows go 8
+     * at a time): longer calls save per-call work (row pointers, prefetch loops, pv's accumulator
+     * loads and stores) where decode is bound by the cores (Zen 3: 64 and 32); shorter ones read
+     * the cache in smaller groups, head by head, where it is bound by the reads (Zen 5: 16). */
+    int decode_keys_half[2];
 
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);

@@ -639,6 +639,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .qk_rows = qk_rows_avx2,
     .pv_rows = pv_rows_avx2,
     .decode_pf_next_call = 1 << FA_DTYPE_F32 | 1 << FA_DTYPE_F16 | 1 << FA_DTYPE_BF16, /* Zen 3 */
+    .decode_keys_half = {64, 32},
     .to_f32 = to_f32_avx2,
     .from_f32 = from_f32_avx2,
     .transpose = transpose_avx2,
