@@ -5,8 +5,9 @@
  * on this machine, with memory, masks and scheduling taken out, and the share each step takes.
  *
  * One block as fwd.c runs it on a non-causal task (FA_ROWS = 252 query rows, FA_BC = 128 keys,
- * head dim D): K's rows are packed transposed (transpose), S = Q Kᵀ (qk), each row gets its max
- * and P = 2^(S - max) with its sum (softmax_rows), O = diag(alpha) O + P V (pv) with V read
+ * head dim D): K's rows are packed transposed (transpose), S = Q Kᵀ (qk) in chunks of about 24
+ * rows (whole register tiles), each chunk's rows then getting their max and P = 2^(S - max)
+ * with its sum (softmax_rows), and O = diag(alpha) O + P V (pv) with V read
  * in place as BSHD rows H·D floats apart where the kernel set allows it (fa__rows_in_place), else
  * from a packed copy; packs have the forward's row strides (fa__packed_ld). The forward packs a
  * key once per thread and head (its head packs), so "pack K" costs it far less than a block's. K and V are [FA_BC keys, H = 16 heads, D] like a BSHD tensor, so their rows
@@ -106,10 +107,18 @@ static void run_block(block *w) {
         if (!w->v_in_place)
             for (int j = 0; j < FA_BC; j++) memcpy(w->vp + j * fa__packed_ld(d), w->v + j * ld, sizeof(float) * d);
     }
-    if (w->steps & STEP_QK) kern->qk(ROWS, FA_BC, d, w->q, d, w->kt, fa__packed_ld(FA_BC), w->s, FA_BC);
-    if (w->steps & STEP_SOFTMAX) { /* alpha stays 1: the forward's exp2f(m - m_new) per row */
-        for (int r = 0; r < ROWS; r++) w->m[r] = -INFINITY;
-        kern->softmax_rows(ROWS, FA_BC, w->s, FA_BC, w->m, w->sum);
+    /* S a chunk of rows at a time, each chunk's softmax after its qk, in whole register tiles
+     * (fwd.c: about 24 rows) */
+    const int mr = kern->gemm_rows, qr = (24 + mr - 1) / mr * mr;
+    for (int r0 = 0; r0 < ROWS; r0 += qr) {
+        const int rows = ROWS - r0 < qr ? ROWS - r0 : qr;
+        float *s = w->s + r0 * FA_BC;
+        if (w->steps & STEP_QK)
+            kern->qk(rows, FA_BC, d, w->q + r0 * d, d, w->kt, fa__packed_ld(FA_BC), s, FA_BC);
+        if (w->steps & STEP_SOFTMAX) { /* alpha stays 1: the forward's exp2f(m - m_new) per row */
+            for (int r = r0; r < r0 + rows; r++) w->m[r] = -INFINITY;
+            kern->softmax_rows(rows, FA_BC, s, FA_BC, w->m + r0, w->sum + r0);
+        }
     }
     if (w->steps & STEP_PV) {
         const float *v = w->v_in_place ? w->v : w->vp;

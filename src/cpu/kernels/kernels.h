@@ -36,6 +36,10 @@ typedef struct fa__cpu_kernels {
     void (*pv_t)(int m, int n, int d, const float *pt, int64_t ldp, const float *v, int64_t ldv,
                  const float *alpha, float *o, int64_t ldo);
 
+    /* Rows of the products' register tile (qk, pv and the bf16 ones): calls of a multiple of
+     * it run every row in whole tiles, where a remainder goes through smaller, slower ones. */
+    int gemm_rows;
+
     /* Nonzero when pv runs markedly slower on right-operand rows that lie 4 KiB apart (BSHD V
      * or K rows, read in place): they set-conflict in L1. Callers then copy such rows into a
      * contiguous block first. */

@@ -632,6 +632,7 @@ static void softmax_rows_avx2(int rows, int n, float *x, int64_t ldx, float *m, 
 
 const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .name = "avx2",
+    .gemm_rows = 6,
     .qk = qk_avx2,
     .pv = pv_avx2,
     .pv_t = pv_t_avx2,

@@ -549,6 +549,7 @@ static void softmax_rows_avx512(int rows, int n, float *x, int64_t ldx, float *m
 
 const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .name = "avx512",
+    .gemm_rows = 9,
     .qk = qk_avx512,
     .pv = pv_avx512,
     .pv_t = pv_t_avx512,

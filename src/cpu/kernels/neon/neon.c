@@ -511,6 +511,7 @@ static void softmax_rows_neon(int rows, int n, float *x, int64_t ldx, float *m, 
 
 const fa__cpu_kernels fa__cpu_kernels_neon = {
     .name = "neon",
+    .gemm_rows = 12,
     .qk = qk_neon,
     .pv = pv_neon,
     .pv_t = pv_t_neon,

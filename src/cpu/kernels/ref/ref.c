@@ -91,6 +91,7 @@ static void softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, f
 
 const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
+    .gemm_rows = 1,
     .qk = qk_ref,
     .pv = pv_ref,
     .to_f32 = to_f32_ref,
