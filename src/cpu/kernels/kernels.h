@@ -131,6 +131,14 @@ typedef struct fa__cpu_kernels {
     void (*softmax_rows)(int rows, int n, float *x, int64_t ldx, float *m, float *sum);
 } fa__cpu_kernels;
 
+/* The 8-row tiles when an m-row product runs as 9-row tiles and 8-row ones, m = 9a + 8e (every
+ * m >= 56, so no call ends on a 4-, 2- or 1-row tile, which keep too few accumulators to fill
+ * both FMA pipes); -1 where m is too small for that. */
+static inline int fa__tiles_of_8(int m) {
+    const int e = m % 9 * 8 % 9; /* 8·e = m (mod 9) */
+    return 8 * e <= m ? e : -1;
+}
+
 /* softmax_rows' mu: *m becomes max(*m, mx), the row's max so far; mu is that, or 0 while it is
  * -INFINITY. */
 static inline float fa__softmax_mu(float *m, float mx) {

@@ -89,8 +89,8 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at
     tile_##MR(k2, a + (at ? i : i * lda), lda, at, b, ldb, beta ? beta + i : 0, scale,           \
               c + i * ldc, ldc, m0, m1);                                                           \
     i += MR
-    const int eights = m % 9 * 8 % 9; /* 8·eights = m (mod 9) */
-    if (8 * eights <= m) {
+    const int eights = fa__tiles_of_8(m);
+    if (eights >= 0) {
         while (i < m - 8 * eights) {
             FA_BF16_RUN(9);
         }
