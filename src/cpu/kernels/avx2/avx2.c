@@ -80,10 +80,16 @@ static inline __attribute__((always_inline)) void panel(int m, int k, const floa
     tile_##MR(k, AT ? a + i : a + i * lda, lda, AT, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, \
               k0, k1, full);                                                                       \
     i += MR
-    while (i + 6 <= m) {
+    /* an even m as 6-row tiles and one or two 4-row ones (128 = 20 x 6 + 2 x 4), not ending on
+     * a 2-row tile, whose 4 accumulators run at half the FMA rate */
+    const int fours = m % 6 == 2 ? 2 : m % 6 == 4 ? 1 : 0;
+    while (i + 6 <= m - (4 * fours <= m ? 4 * fours : 0)) {
         FA_AVX2_RUN(6);
     }
-    /* the last m % 6 rows as 4 + 2 + 1 */
+    /* the last m % 6 rows as 4 + 2 + 1, or the 4-row tiles */
+    if (m - i >= 8) {
+        FA_AVX2_RUN(4);
+    }
     if (m - i >= 4) {
         FA_AVX2_RUN(4);
     }
