@@ -107,9 +107,8 @@ static void run_block(block *w) {
         if (!w->v_in_place)
             for (int j = 0; j < FA_BC; j++) memcpy(w->vp + j * fa__packed_ld(d), w->v + j * ld, sizeof(float) * d);
     }
-    /* S a chunk of rows at a time, each chunk's softmax after its qk, in whole register tiles
-     * (fwd.c: about 24 rows) */
-    const int mr = kern->gemm_rows, qr = (24 + mr - 1) / mr * mr;
+    /* S a chunk of rows at a time, each chunk's softmax after its qk, as fwd.c does */
+    const int qr = (int)fa__qk_chunk_rows(kern);
     for (int r0 = 0; r0 < ROWS; r0 += qr) {
         const int rows = ROWS - r0 < qr ? ROWS - r0 : qr;
         float *s = w->s + r0 * FA_BC;

@@ -42,8 +42,7 @@ enum {
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
     FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
     FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
-    FA_RUN_MAX = 8,     /* most chunks per split task */
-    FA_QK_ROWS = 24     /* about this many rows of S per prefill qk call, then their softmax */
+    FA_RUN_MAX = 8      /* most chunks per split task */
 };
 
 /* Most bytes of one thread's head pack (fwd_plan.hp): longer heads are packed block by block. */
@@ -390,8 +389,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 fa__prefetch_block(&p->k, b, rk + jn, nn, hk, D);
                 fa__prefetch_block(&p->v, b, rk + jn, nn, hk, D);
             }
-            /* whole register tiles per call: 27 rows for 9-row tiles, 24 for 6 or 12 */
-            const int64_t mr = kern->gemm_rows, qr = (FA_QK_ROWS + mr - 1) / mr * mr;
+            const int64_t qr = fa__qk_chunk_rows(kern);
             for (int64_t u = 0; u < runs; u++) { // S rows [u·nr + lo, end): [len, n], then softmax
                 const int64_t end = u * nr + lo + len;
                 for (int64_t r0 = u * nr + lo, r1; r0 < end; r0 = r1) {

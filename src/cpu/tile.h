@@ -78,6 +78,13 @@ static inline int fa__rows_in_place(const fa__view *x, const fa__cpu_kernels *ke
     return x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table && !kern->pv_packed_b;
 }
 
+/* Rows of S per prefill qk call, each call followed by their softmax while they are in L1:
+ * about 24, in whole register tiles of the kernel set (27 for 9-row tiles, 24 for 6 or 12). */
+static inline int64_t fa__qk_chunk_rows(const fa__cpu_kernels *kern) {
+    const int64_t mr = kern->gemm_rows;
+    return (24 + mr - 1) / mr * mr;
+}
+
 /* Keys in the block after [j0, j0 + FA_BC) before j_end: 0 .. FA_BC (<= 0: none). */
 static inline int64_t fa__next_block(int64_t j0, int64_t j_end) {
     const int64_t left = j_end - j0 - FA_BC;

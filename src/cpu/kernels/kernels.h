@@ -131,13 +131,25 @@ typedef struct fa__cpu_kernels {
     void (*softmax_rows)(int rows, int n, float *x, int64_t ldx, float *m, float *sum);
 } fa__cpu_kernels;
 
-/* The 8-row tiles when an m-row product runs as 9-row tiles and 8-row ones, m = 9a + 8e (every
- * m >= 56, so no call ends on a 4-, 2- or 1-row tile, which keep too few accumulators to fill
- * both FMA pipes); -1 where m is too small for that. */
-static inline int fa__tiles_of_8(int m) {
-    const int e = m % 9 * 8 % 9; /* 8·e = m (mod 9) */
-    return 8 * e <= m ? e : -1;
-}
+/* The rows [0, m) of a product in AVX-512's tiles: RUN(MR) runs the tile of MR rows at row i and
+ * adds MR to i (which starts at 0). m = 9a + 8e (every m >= 56) runs as a tiles of 9 rows and
+ * e of 8, so no call ends on a 4-, 2- or 1-row tile, which keep too few accumulators to fill both
+ * FMA pipes (a 2-row tile runs at about half the rate); smaller m as 9-row tiles and the last
+ * m % 9 rows as 8 + 4 + 2 + 1. */
+#define FA_TILES_9(m, i, RUN)                                                                      \
+    do {                                                                                           \
+        const int eights_ = (m) % 9 * 8 % 9; /* 8·eights_ = m (mod 9) */                          \
+        if (8 * eights_ <= (m)) {                                                                  \
+            while ((i) < (m) - 8 * eights_) { RUN(9); }                                            \
+            while ((i) < (m)) { RUN(8); }                                                          \
+            break;                                                                                 \
+        }                                                                                          \
+        while ((i) + 9 <= (m)) { RUN(9); }                                                         \
+        if ((m) - (i) >= 8) { RUN(8); }                                                            \
+        if ((m) - (i) >= 4) { RUN(4); }                                                            \
+        if ((m) - (i) >= 2) { RUN(2); }                                                            \
+        if ((m) - (i) >= 1) { RUN(1); }                                                            \
+    } while (0)
 
 /* softmax_rows' mu: *m becomes max(*m, mx), the row's max so far; mu is that, or 0 while it is
  * -INFINITY. */

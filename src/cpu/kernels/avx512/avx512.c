@@ -74,9 +74,8 @@ FA_AVX512_TILE(4)
 FA_AVX512_TILE(2)
 FA_AVX512_TILE(1)
 
-/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then 8 rows
- * where m = 9a + 8b (fa__tiles_of_8: the backward's 128 keys run 8 x 9 + 7 x 8, a 2-row tile at
- * the end ran at half the rate), else 9-row tiles and the last m % 9 rows as 8 + 4 + 2 + 1. */
+/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in FA_TILES_9's tiles (the
+ * backward's 128 keys: 8 x 9 + 7 x 8). */
 FA_INLINE void panel(int m, int k, const float *a, int64_t lda, const int AT, const float *b,
                      int64_t ldb, const float *beta, float *c, int64_t ldc, __mmask16 m0,
                      __mmask16 m1) {
@@ -85,31 +84,7 @@ FA_INLINE void panel(int m, int k, const float *a, int64_t lda, const int AT, co
     tile_##MR(k, AT ? a + i : a + i * lda, lda, AT, b, ldb, beta ? beta + i : 0, c + i * ldc, ldc, \
               m0, m1);                                                                             \
     i += MR
-    const int eights = fa__tiles_of_8(m);
-    if (eights >= 0) {
-        while (i < m - 8 * eights) {
-            FA_AVX512_RUN(9);
-        }
-        while (i < m) {
-            FA_AVX512_RUN(8);
-        }
-        return;
-    }
-    while (i + 9 <= m) {
-        FA_AVX512_RUN(9);
-    }
-    if (m - i >= 8) {
-        FA_AVX512_RUN(8);
-    }
-    if (m - i >= 4) {
-        FA_AVX512_RUN(4);
-    }
-    if (m - i >= 2) {
-        FA_AVX512_RUN(2);
-    }
-    if (m - i >= 1) {
-        FA_AVX512_RUN(1);
-    }
+    FA_TILES_9(m, i, FA_AVX512_RUN);
 #undef FA_AVX512_RUN
 }
 

@@ -78,9 +78,8 @@ FA_BF16_TILE(4)
 FA_BF16_TILE(2)
 FA_BF16_TILE(1)
 
-/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in tiles of 9 rows and then 8 rows
- * where m = 9a + 8b (every m >= 56: the backward's 128 and 64 keys run 8 x 9 + 7 x 8 and 8 x 8,
- * not ending on a 2- or 1-row tile), else 9-row tiles and the last m % 9 rows as 8 + 4 + 2 + 1. */
+/* Columns [0, 32) of C (lanes outside (m0, m1) untouched), in FA_TILES_9's tiles (the
+ * backward's 128 and 64 keys: 8 x 9 + 7 x 8 and 8 x 8). */
 FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at, const uint32_t *b,
                      int64_t ldb, const float *beta, float scale, float *c, int64_t ldc,
                      __mmask16 m0, __mmask16 m1) {
@@ -89,31 +88,7 @@ FA_INLINE void panel(int m, int k2, const uint32_t *a, int64_t lda, const int at
     tile_##MR(k2, a + (at ? i : i * lda), lda, at, b, ldb, beta ? beta + i : 0, scale,           \
               c + i * ldc, ldc, m0, m1);                                                           \
     i += MR
-    const int eights = fa__tiles_of_8(m);
-    if (eights >= 0) {
-        while (i < m - 8 * eights) {
-            FA_BF16_RUN(9);
-        }
-        while (i < m) {
-            FA_BF16_RUN(8);
-        }
-        return;
-    }
-    while (i + 9 <= m) {
-        FA_BF16_RUN(9);
-    }
-    if (m - i >= 8) {
-        FA_BF16_RUN(8);
-    }
-    if (m - i >= 4) {
-        FA_BF16_RUN(4);
-    }
-    if (m - i >= 2) {
-        FA_BF16_RUN(2);
-    }
-    if (m - i >= 1) {
-        FA_BF16_RUN(1);
-    }
+    FA_TILES_9(m, i, FA_BF16_RUN);
 #undef FA_BF16_RUN
 }
 
