@@ -3,7 +3,9 @@
 #
 # Smoke test of `flashattn bench` (a few seconds): a tiny grid, forward and backward, fp32 and
 # bf16, causal and not, flashattn checked against the naive baseline; --csv, --svg and --json
-# outputs are written and look like what they claim to be. Timing numbers are not checked.
+# outputs are written and look like what they claim to be. Then `flashattn bench-decode` on
+# small caches of each dtype and both layouts, every row checked against fp64 by the command
+# itself. Timing numbers are not checked.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -54,8 +56,27 @@ else
     grep -q '"rows": \[' "$out/bench-smoke.json" || fail "JSON rows"
 fi
 
+# bench-decode: every row present, measured (a probe rate and a share) and checked
+for layout in bshd bhsd; do
+    "$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes f32,f16,bf16 --runs 2 \
+        --probe-mib 8 --probe-passes 2 --layout "$layout" >"$out/bench-decode-$layout.txt" \
+        || fail "bench-decode --layout $layout exited with $?"
+    cat "$out/bench-decode-$layout.txt"
+    rows=$(grep -cE '^(fp32|fp16|bf16) +[13] +(256|1000) .*%' "$out/bench-decode-$layout.txt" \
+           || true)
+    [ "$rows" -eq 12 ] || fail "bench-decode --layout $layout: expected 12 rows, got $rows"
+    if grep -q 'CHECK FAILED' "$out/bench-decode-$layout.txt"; then
+        fail "bench-decode --layout $layout: a row disagreed with fp64"
+    fi
+done
+
 # Bad usage exits with 2
 set +e
 "$bin" bench --dims x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad usage should exit with 2"
-echo "PASS: flashattn bench smoke test"
+for bad in "--lens 0" "--dtypes f8" "--layout bsdh" "--runs 256" "--frobnicate"; do
+    # shellcheck disable=SC2086 # each case is an option and its value
+    "$bin" bench-decode $bad >/dev/null 2>&1
+    [ $? -eq 2 ] || fail "bench-decode $bad should exit with 2"
+done
+echo "PASS: flashattn bench and bench-decode smoke tests"

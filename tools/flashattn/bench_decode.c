@@ -6,9 +6,11 @@
  * A decode step reads the whole K and V cache once and does little arithmetic per byte, so its
  * speed limit is memory bandwidth. Each row reports the median time of --runs calls, the cache
  * bytes read per second (2·B·L·Hk·D·esize: K and V, nothing else counted) and that rate as a
- * share of the read bandwidth of the very same K and V buffers, measured just before by a
- * STREAM-like probe: a sum over each buffer on the same number of threads, each thread reading
- * its own contiguous slice (the slice it first-touched), median of several passes. A probe over
+ * share of the read bandwidth of the very same K and V buffers, measured by a STREAM-like
+ * probe: a sum over each buffer on the same number of threads, each thread reading its own
+ * contiguous slice (the slice it first-touched). Probe passes and calls alternate, one pass over
+ * K and V before each call, and the share is the median over calls of each call's rate over its
+ * own round's probe: measured minutes apart, the two saw different machines. A probe over
  * one separate large buffer, run before and after the grid, is printed for reference only: on
  * this project's VMs it flipped between about 34 and 60 GB/s from run to run while the decode's
  * own rate did not move, so a separate buffer says little about the memory the caches got.
@@ -341,6 +343,18 @@ static void bd_measure_probe(unsigned char *buf, size_t bytes, int threads, int 
     out->passes = passes;
 }
 
+/* One timed pass of the probe over buf: seconds from the threads' start to their stop. */
+static double bd_probe_pass(unsigned char *buf, size_t bytes, int threads) {
+    double secs[1];
+    bd_job j = {.kind = 1, .buf = buf, .bytes = bytes, .nthreads = threads, .passes = 1};
+    if (bd_run_job(&j, secs) != 0) {
+        fprintf(stderr, "flashattn: bench-decode: the bandwidth probe failed\n");
+        exit(1);
+    }
+    bd_sink += j.sink;
+    return secs[0];
+}
+
 /* ---- one configuration ------------------------------------------------------------------------
  */
 
@@ -459,24 +473,26 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
         }
     kv.cache_seqlen = -1; /* the whole cache */
 
-    /* the read bandwidth of these K and V buffers: per-buffer medians, combined by bytes */
-    bd_probe pk, pv;
-    bd_measure_probe(kc, per_cache, threads, (int)o->probe_passes, &pk);
-    bd_measure_probe(vc, per_cache, threads, (int)o->probe_passes, &pv);
-    r->probe = 2.0 / (1.0 / pk.gbs + 1.0 / pv.gbs);
-
     cli_poison(out, r->dtype, nq);
     CLI_CHECK("fa_forward_kvcache", fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl));
     r->err = bd_check(q, kc, vc, out, r->dtype, r->L, o->bhsd);
 
-    double t[256];
+    /* Probe passes and decode calls alternate, so each round's ratio compares the two in the
+     * same moment: this project's VMs change their memory read rate from minute to minute. */
+    double t[256], pr[256], ratio[256];
     const int runs = (int)o->runs;
+    bd_probe_pass(kc, per_cache, threads); /* warm-up, like the checked call above */
+    bd_probe_pass(vc, per_cache, threads);
     for (int i = 0; i < runs; i++) {
+        const double pk = bd_probe_pass(kc, per_cache, threads);
+        const double pv = bd_probe_pass(vc, per_cache, threads);
+        pr[i] = r->cache_bytes / (pk + pv) * 1e-9;
         const double t0 = cli_now();
         fa_status st = fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl);
         t[i] = cli_now() - t0;
         if (st != FA_OK)
             cli_die_status("fa_forward_kvcache", st);
+        ratio[i] = r->cache_bytes / t[i] * 1e-9 / pr[i];
     }
     r->ms_min = 1e300;
     r->ms_max = 0.0;
@@ -486,7 +502,8 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     }
     r->ms = bd_median(t, runs) * 1e3;
     r->gbs = r->cache_bytes / (r->ms * 1e-3) * 1e-9;
-    r->pct = 100.0 * r->gbs / r->probe;
+    r->probe = bd_median(pr, runs);
+    r->pct = 100.0 * bd_median(ratio, runs);
     free(kc);
     free(vc);
     free(q);
@@ -504,10 +521,11 @@ static void bd_usage(FILE *f) {
             "Decode-step attention (one query token per sequence) against a KV cache through\n"
             "fa_forward_kvcache: H=32, Hk=8, D=128, whole cache attended, BSHD caches.\n"
             "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V) and its\n"
-            "share of the read bandwidth of the same K and V buffers, measured just before by a\n"
-            "multi-threaded read probe (a sum over each buffer, each thread its own slice). A\n"
-            "probe over a separate buffer larger than the last-level cache is printed before and\n"
-            "after the grid for reference.\n"
+            "share of the read bandwidth of the same K and V buffers, by a multi-threaded read\n"
+            "probe (a sum over each buffer, each thread its own slice) that reads K and V once\n"
+            "before every timed call: %%probe is the median over calls of the call's rate over\n"
+            "its own round's probe. A probe over a separate buffer larger than the last-level\n"
+            "cache is printed before and after the grid for reference.\n"
             "\n"
             "options:\n"
             "  --lens LIST      cache lengths (default 1024,4096,16384,65536,131072)\n"
@@ -517,7 +535,7 @@ static void bd_usage(FILE *f) {
             "  --threads N      threads for the library and the probe (default: the library's\n"
             "                   default, FA_NUM_THREADS or the online CPUs)\n"
             "  --probe-mib N    size of the reference probe's buffer in MiB (default 1024)\n"
-            "  --probe-passes N timed passes of every probe, median reported (default 7)\n"
+            "  --probe-passes N timed passes of the reference probe, median reported (default 7)\n"
             "  --layout L       bshd (default: flash-attn's (B, L, Hk, D) memory order) or bhsd\n"
             "                   (head-major (B, Hk, L, D) memory, the same logical view)\n"
             "  -h, --help       this text\n"
@@ -651,9 +669,10 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     bd_probe p0, p1;
     bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p0);
-    printf("probe:     each row's own K and V buffers, read (summed) by %d threads just before "
-           "the row, median of %ld passes each: 'probe GB/s'; %%probe = GB/s over it\n",
-           threads, o.probe_passes);
+    printf("probe:     each row's own K and V buffers, read (summed) by %d threads, one pass "
+           "of each before every timed call: 'probe GB/s' is their median; %%probe is the "
+           "median over calls of the call's GB/s over its own round's probe\n",
+           threads);
     printf("reference: a separate %ld MiB buffer read the same way: %.1f GB/s (%.1f-%.1f)\n",
            o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max);
     printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s %7s | %8s %s\n", "dtype", "B", "L",
