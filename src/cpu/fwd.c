@@ -157,23 +157,63 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
  * decode_keys_half of fp16/bf16 rows (at most FA_DECODE_KEYS). */
 enum { FA_QK_KEYS_F32 = 8, FA_PV_KEYS_F32 = 8, FA_DECODE_KEYS = 64 };
 
-/* Rows [j0, j0 + c) of KV head hk, from rows0, the rows of head h0 (step: bytes from one head's
- * row to the next head's); returns c. */
-static int head_rows(const void *const *rows0, int64_t j0, int c, int64_t hk, int64_t h0,
-                     int64_t step, const void **rows) {
-    for (int j = 0; j < c; j++) rows[j] = (const char *)rows0[j0 + j] + (hk - h0) * step;
-    return c;
+/* A group of cache rows: keys [j0, j0 + c) of heads [ha, hb), from rows0, the rows of head h0
+ * (step: bytes from one head's row to the next head's), `bytes` each; c = 0: none. */
+typedef struct decode_group {
+    const void *const *rows0;
+    int64_t j0, ha, hb, h0, step;
+    int c, bytes;
+} decode_group;
+
+/* Part `part` of `parts` of group gr's rows in memory order (key by key, each key's heads in
+ * turn: a BSHD cache front to back), at most FA_DECODE_KEYS of them, into rows; returns how
+ * many. */
+static int group_part(const decode_group *gr, int64_t part, int64_t parts, const void **rows) {
+    const int64_t nh = gr->hb - gr->ha, total = gr->c * nh;
+    const int64_t lo = total * part / parts, hi = total * (part + 1) / parts;
+    const int na = (int)(hi - lo < FA_DECODE_KEYS ? hi - lo : FA_DECODE_KEYS);
+    int64_t j = gr->j0 + lo / nh, h = lo % nh; /* row lo's key and head (from ha) */
+    const char *row = (const char *)gr->rows0[j] + (gr->ha - gr->h0) * gr->step;
+    for (int r = 0; r < na; r++) {
+        rows[r] = row + h * gr->step;
+        if (++h == nh && r + 1 < na) /* the next key's first head */
+            h = 0, row = (const char *)gr->rows0[++j] + (gr->ha - gr->h0) * gr->step;
+    }
+    return na;
+}
+
+/* Group gr's rows of head hk only. */
+static decode_group group_head(const decode_group *gr, int64_t hk) {
+    decode_group one = *gr;
+    one.ha = hk;
+    one.hb = hk + 1;
+    return one;
+}
+
+/* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
+ * group after cur: with `near`, the rows of the call after it (head hk + 1 of cur, else next's
+ * first head), at most as many as the call's keys; else its share of next's rows in memory
+ * order. */
+static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next, int64_t hk,
+                               int near, const void **ask) {
+    if (!near)
+        return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask),
+                              next->bytes};
+    decode_group one = hk + 1 < cur->hb ? group_head(cur, hk + 1) : group_head(next, next->ha);
+    one.c = one.c < cur->c ? one.c : cur->c;
+    return (fa__prefetch){ask, group_part(&one, 0, 1, ask), one.bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
- * heads side by side) is read front to back a group at a time. On top of that each product asks
- * for rows it does not read (kernels.h: qk_rows' pf): where the kernel set's decode_pf_next_call
- * has the cache's dtype, the rows of the call after it (the next head's, the next group of keys',
- * the first pv call's, the next head group's first K, or the first K of the next block, keys
- * [jn, jn + nn): nn = 0 none); elsewhere the qk products ask for the V rows the pv products will
- * need, and the pv products for the next block's K rows.
+ * heads side by side) is read a group at a time; inside a group, head by head. Each call asks
+ * for rows it does not read yet (decode_ask): where the kernel set's decode_pf_next_call has
+ * the cache's dtype, the next call's; elsewhere its share of the next group's rows in memory
+ * order, since on Zen 5 reading in decode's order alone ran at 0.6-0.75 of reading front to
+ * back (bench/results/2026-12-02-decode-zen5-order.md). The group after the last qk group is
+ * the first pv group; after the last pv group comes the next head group's first qk group, or
+ * that of the next block, keys [jn, jn + nn) (nn = 0: none).
  * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
  * pv_rows_bf16 on P rounded to bf16). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
@@ -193,33 +233,27 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, h00, vrow);
     if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, h00, knext);
+#define FA_KEYS(n, k) ((int)((n) < (k) ? (n) : (k)))
     for (int64_t h0 = h00; h0 < hend; h0 += hg) {
         const int64_t h1 = h0 + hg < hend ? h0 + hg : hend;
         for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ
-            const int c = (int)(n - jg < qkk ? n - jg : qkk);
+            const decode_group cur = {krow, jg, h0, h1, h00, kstep, FA_KEYS(n - jg, qkk), kb};
+            const decode_group next = /* the next qk group, or the first pv group */
+                jg + qkk < n ? (decode_group){krow, jg + qkk, h0, h1, h00, kstep,
+                                              FA_KEYS(n - jg - qkk, qkk), kb}
+                             : (decode_group){vrow, 0, h0, h1, h00, vstep, FA_KEYS(n, pvk), vb};
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
-                head_rows(krow, jg, c, hk, h00, kstep, k);
-                const int more = (int)(n - jg - qkk < c ? n - jg - qkk : c); /* next group */
-                const int first = (int)(n < pvk ? n : pvk); /* the first pv call's keys */
-                int na, ab = kb; /* rows asked for, and their bytes */
-                if (!near) { /* the V rows of these keys, for the pv phase */
-                    na = head_rows(vrow, jg, c, hk, h00, vstep, ask), ab = vb;
-                } else if (hk + 1 < h1) {
-                    na = head_rows(krow, jg, c, hk + 1, h00, kstep, ask);
-                } else if (more > 0) {
-                    na = head_rows(krow, jg + qkk, more, h0, h00, kstep, ask);
-                } else { /* the first pv call's V rows */
-                    na = head_rows(vrow, 0, first < c ? first : c, h0, h00, vstep, ask), ab = vb;
-                }
-                const fa__prefetch pf = {ask, na, ab};
+                const decode_group mine = group_head(&cur, hk);
+                group_part(&mine, 0, 1, k);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
                 if (qbf16)
-                    kern->qk_rows_bf16((int)R, c, (int)(D / 2), (const uint32_t *)t->Q +
+                    kern->qk_rows_bf16((int)R, cur.c, (int)(D / 2), (const uint32_t *)t->Q +
                                        (hk - h00) * R * (D / 2), D / 2, k, pl->qscale, s,
                                        FA_BC, &pf);
                 else
-                    kern->qk_rows((int)R, c, (int)D, t->Q + (hk - h00) * R * D, D, k,
+                    kern->qk_rows((int)R, cur.c, (int)D, t->Q + (hk - h00) * R * D, D, k,
                                   p->k.dtype, s, FA_BC, &pf);
             }
         }
@@ -227,28 +261,23 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0, R);
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
-            const int c = (int)(n - jg < pvk ? n - jg : pvk);
+            const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
+            const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
+            const decode_group cur = {vrow, jg, h0, h1, h00, vstep, FA_KEYS(n - jg, pvk), vb};
+            decode_group next = {krow, 0, h00, h00 + 1, h00, kstep, 0, kb}; /* none */
+            if (jg + pvk < n)
+                next = (decode_group){vrow, jg + pvk, h0, h1, h00, vstep,
+                                      FA_KEYS(n - jg - pvk, pvk), vb};
+            else if (h1 < hend) /* the next head group's first qk group */
+                next = (decode_group){krow, 0, h1, h2, h00, kstep, FA_KEYS(n, qkk), kb};
+            else if (nn > 0) /* the next block's first qk group */
+                next = (decode_group){knext, 0, h00, hn, h00, kstep, FA_KEYS(nn, qkk), kb};
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
-                head_rows(vrow, jg, c, hk, h00, vstep, v);
-                const int more = (int)(n - jg - pvk < c ? n - jg - pvk : c); /* next group */
-                const int first = (int)(n < qkk ? n : qkk); /* a block's first qk call's keys */
-                const int next = (int)(nn < qkk ? nn : qkk);  /* the next block's, likewise */
-                const int64_t left = nn - jg > 0 ? nn - jg : 0; /* next block's keys from jg */
-                int na, ab = vb;
-                if (!near) { /* the next block's K rows of these positions */
-                    na = head_rows(knext, jg, (int)(left < c ? left : c), hk, h00, kstep, ask);
-                    ab = kb;
-                } else if (hk + 1 < h1) {
-                    na = head_rows(vrow, jg, c, hk + 1, h00, vstep, ask);
-                } else if (more > 0) {
-                    na = head_rows(vrow, jg + pvk, more, h0, h00, vstep, ask);
-                } else if (h1 < hend) { /* the next head group's first qk call */
-                    na = head_rows(krow, 0, first < c ? first : c, h1, h00, kstep, ask), ab = kb;
-                } else { /* the next block's first qk call */
-                    na = head_rows(knext, 0, next < c ? next : c, h00, h00, kstep, ask), ab = kb;
-                }
-                const fa__prefetch pf = {ask, na, ab};
+                const decode_group mine = group_head(&cur, hk);
+                group_part(&mine, 0, 1, v);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
+                const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
                 float *o = t->O + (hk - h00) * R * D;
@@ -264,6 +293,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             }
         }
     }
+#undef FA_KEYS
 }
 
 /* Head hk's packed Kᵀ and V for keys [j0, j0 + n) of batch t->b, from this thread's head pack:

@@ -57,13 +57,13 @@ typedef struct fa__cpu_kernels {
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
      *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
      * pf: rows the caller reads next (NULL or pf->n == 0: none); each product spreads their
-     * prefetches over its key loop, a few lines per key, so they do not queue up in a burst. A
+     * prefetches over its loads, a few lines at a time, so they do not queue up in a burst. A
      * set may ignore pf where the hardware's prefetchers do better (avx2's fp32, see there).
      * decode_pf_next_call: bit 1 << dtype (fa_dtype) set makes decode of caches of that dtype
      * ask each call for the rows of the call after it, a few KiB ahead (avx2: all, Zen 3's
-     * prefetcht1 fills L1 and farther requests flushed it; avx512: fp32, measured faster on Zen
-     * 5); clear, for the rows of the next phase (the V rows during qk, the next block's K during
-     * pv), a whole block of every head ahead (neon: not measured). */
+     * prefetcht1 fills L1 and farther requests flushed it); clear, for the call's share of the
+     * next group of keys' rows (every head's) in memory order, about 32 KiB ahead (avx512: on
+     * Zen 5 the cache then reads near its front-to-back rate; neon: not measured). */
     void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                     int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,

@@ -191,8 +191,6 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
     const int dfull = d / 16 * 16;
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
-            if (i0 == 0) /* pf's rows, 4 per 4 keys */
-                for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r);
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const void *kr[4];
@@ -202,6 +200,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
                 qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
             for (int c = 0; c < d; c += 16) {
                 __m512 kv[4], qv[4];
+                if (i0 == 0) fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
                 if (c < dfull) {
                     for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
                     for (int ii = 0; ii < 4; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
@@ -227,7 +226,6 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
                            const void *const *k, const int32_t DT, float *s, int64_t lds,
                            const fa__prefetch *pf) {
     const int dfull = d / 16 * 16;
-    for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r); /* pf's rows, 4 per 4 keys */
     __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
     const void *kr[4];
@@ -236,6 +234,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
     for (int c = 0; c < d; c += 16) {
         __m512 kv[4], qv[4];
+        fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
         if (c < dfull) {
             for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
             for (int ii = 0; ii < TR; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
@@ -305,8 +304,10 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
     __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 */
     __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 */
     __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 */
+    int l0, l1; /* pf's rows, one per key, shared by the column tiles: lines [l0, l1) here */
+    fa__prefetch_cols(pf, c, 16 * W, d, &l0, &l1);
     for (int j = 0; j < n; j++) {
-        fa__prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        fa__prefetch_lines(pf, j, l0, l1);
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
@@ -341,7 +342,7 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
                           const fa__prefetch *pf) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; d - c > 48; c += 64, pf = NULL)
+        for (; d - c > 48; c += 64)
             pv_rows_tile(m, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
         if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, pf);
         else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
@@ -360,8 +361,10 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const flo
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
+    int l0, l1; /* pf's rows, one per key, shared by the column tiles: lines [l0, l1) here */
+    fa__prefetch_cols(pf, c, 16 * W, d, &l0, &l1);
     for (int j = 0; j < n; j++) {
-        fa__prefetch_row(pf, j); /* the caller passes pf to the first tile only */
+        fa__prefetch_lines(pf, j, l0, l1);
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_SMALL(w)                                                                             \
@@ -401,7 +404,7 @@ FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             const void *const *v, const int32_t DT, const float *alpha, float *o,
                             int64_t ldo, const fa__prefetch *pf) {
     int c = 0;
-    for (; d - c > 64; c += 128, pf = NULL)
+    for (; d - c > 64; c += 128)
         pv_rows_small(TR, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, pf);
     if (d - c > 32) pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
     else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
@@ -545,7 +548,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .pv_rows = pv_rows_avx512,
     .transpose = transpose_avx512,
     .softmax_rows = softmax_rows_avx512,
-    .decode_pf_next_call = 1 << FA_DTYPE_F32, /* Zen 5: fp32 0.90-0.97, fp16/bf16 0.96-1.07 */
+    .decode_pf_next_call = 0, /* the next group in memory order (kernels.h) */
     .decode_keys_half = {16, 16}, /* Zen 5: GQA fp16/bf16 in 0.86-0.97 of 64/32's time */
     .exp2_sum = exp2_sum_avx512,
     .pv_packed_b = 1, /* Zen 5: pv at 88% of qk's rate on rows 8 KiB apart, 100% packed */

@@ -2,7 +2,8 @@
 /*
  * decode_common.h — pieces shared by the AVX-512 decode products (avx512.c) and their bf16
  * dot-product variant (avx512bf16/bf16.c): the 16-way reduction of a 4 x 4 tile of dot products
- * and the prefetch of the rows the caller reads next. Header-only, for AVX-512F builds.
+ * and the prefetch of the rows the caller reads next, spread over a tile's steps so the requests
+ * keep pace with the tile's loads. Header-only, for AVX-512F builds.
  */
 #ifndef FA_AVX512_DECODE_COMMON_H
 #define FA_AVX512_DECODE_COMMON_H
@@ -27,11 +28,30 @@ static inline __m512 fa__sum16(__m512 v[16]) {
                          _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
 }
 
-/* Prefetches row r of pf (all its lines), if there is one, into L2. */
-static inline __attribute__((always_inline)) void fa__prefetch_row(const fa__prefetch *pf, int r) {
+/* Prefetches lines [l0, l1) of row r of pf, if there is one. prefetcht0: on Zen 5 decode read
+ * its caches in 0.74-0.96 of prefetcht1's time (bench/results/2026-12-02-decode-zen5-order.md). */
+static inline __attribute__((always_inline)) void fa__prefetch_lines(const fa__prefetch *pf,
+                                                                     int r, int l0, int l1) {
     if (pf && r < pf->n)
-        for (int at = 0; at < pf->bytes; at += 64)
-            _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
+        for (int l = l0; l < l1; l++)
+            _mm_prefetch((const char *)pf->rows[r] + 64 * l, _MM_HINT_T0);
+}
+
+/* Line `line` of each of pf's rows [r0, r0 + 4), if there is a pf: a qk tile of 4 keys, which
+ * reads a line of each of its 4 rows per step, asks for the next rows at the same pace. */
+static inline __attribute__((always_inline)) void fa__prefetch_line4(const fa__prefetch *pf,
+                                                                     int r0, int line) {
+    if (pf && line * 64 < pf->bytes)
+        for (int r = r0; r < r0 + 4; r++) fa__prefetch_lines(pf, r, line, line + 1);
+}
+
+/* The lines [*l0, *l1) of pf's rows that a pv tile over columns [c, c + w) of d asks for, so
+ * the column tiles of a row of keys share each row's lines; none without a pf. */
+static inline void fa__prefetch_cols(const fa__prefetch *pf, int c, int w, int d, int *l0,
+                                     int *l1) {
+    const int nl = pf ? (pf->bytes + 63) / 64 : 0;
+    *l0 = nl * c / d;
+    *l1 = c + w >= d ? nl : nl * (c + w) / d;
 }
 
 /* Stores a 4 x 4 tile of scores, lane 4 ii + jj of sums (row ii, key jj), into s (row stride

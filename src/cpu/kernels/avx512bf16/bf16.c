@@ -175,8 +175,6 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
     const __m512 vs = _mm512_set1_ps(scale);
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
-            if (i0 == 0) /* pf's rows, 4 per 4 keys */
-                for (int r = j0; r < j0 + 4; r++) fa__prefetch_row(pf, r);
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const char *kr[4];
@@ -187,6 +185,7 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
             for (int c = 0; c < d2; c += 16) {
                 const __mmask16 mk = c < dfull ? (__mmask16)0xFFFF : tail_mask(d2 - c);
                 __m512bh kv[4], qv[4];
+                if (i0 == 0) fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
                 for (int jj = 0; jj < 4; jj++)
                     kv[jj] = (__m512bh)_mm512_maskz_loadu_epi32(mk, kr[jj] + 4 * c);
                 for (int ii = 0; ii < 4; ii++)
@@ -223,11 +222,11 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                                               : (__mmask32)((1u << (left - 32)) - 1u);
             const __m512 z = _mm512_setzero_ps();
             __m512 acc[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
+            int l0 = 0, l1 = 0; /* pf's rows, spread over the keys and column tiles */
+            if (i0 == 0) fa__prefetch_cols(pf, c, 64, d, &l0, &l1);
             for (int t = 0; t < n2; t++) {
-                if (i0 == 0 && c == 0) { /* pf's rows, spread over the keys */
-                    fa__prefetch_row(pf, 2 * t);
-                    fa__prefetch_row(pf, 2 * t + 1);
-                }
+                fa__prefetch_lines(pf, 2 * t, l0, l1);
+                fa__prefetch_lines(pf, 2 * t + 1, l0, l1);
                 const char *va = v[2 * t], *vb = 2 * t + 1 < n ? v[2 * t + 1] : va;
                 __m512bh s[4]; /* row ii's probabilities of keys 2t, 2t + 1 */
                 for (int ii = 0; ii < 4; ii++)
