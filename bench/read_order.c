@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * read_order.c — `build/bench_read_order`: how fast a BSHD KV cache reads in the orders a decode
+ * step can read it, with and without decode's arithmetic and prefetch requests. It is the
+ * experiment behind decode's prefetch plan (src/cpu/fwd.c: decode_block, decode_ask).
+ *
+ * The buffer is a cache of 8 KV heads of 128 fp32 (a token: 4 KiB), its first half K and its
+ * second V; each thread takes its own contiguous share of tokens. Orders (the argument names):
+ *   sum       a sum of the whole share front to back: what bench-decode's probe does
+ *   seq       token by token, each token's heads in turn, 4 FMAs per 64 bytes against 4 query
+ *             rows held in L1 (a 4-row decode tile's arithmetic)
+ *   group     decode's order: blocks of 128 tokens, K then V, in groups of 8 tokens, head by
+ *             head inside a group (each head's 8 rows), the same arithmetic; no prefetch
+ *   next-call the same, each head's rows asking (prefetcht0) for the next call's rows, as
+ *             decode did before: the next head's rows of the group, then the next group's
+ *   next-group the same, each call asking for its share of the next group's rows in memory
+ *             order (key by key, each key's heads in turn), a line per 64 bytes it loads: what
+ *             decode does now on AVX-512
+ *   tiles     next-group with the rows read 4 keys at a time, a line of each per step, as the
+ *             decode tile reads them
+ * With -q, each head has its own query rows (16 KiB for 8 heads, as in decode), not one 2 KiB set.
+ *
+ * usage: bench_read_order [-q] THREADS MIB ROUNDS ORDER...
+ * The orders alternate within each round; reported: the median over rounds of GB/s (min-max).
+ * Built on x86-64 with AVX-512F kernels; it says so and exits 2 on a CPU without AVX-512F.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { HK = 8, D = 128, ROW = D * 4, TOKEN = HK * ROW, BLOCK = 128, GROUP = 8 };
+enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, NORDERS };
+
+static const char *const names[NORDERS] = {"sum", "seq", "group", "next-call", "next-group",
+                                           "tiles"};
+
+typedef struct run {
+    const char *buf; /* K: tokens [0, ntok), V: [ntok, 2 ntok) */
+    size_t ntok;
+    int threads, order, own_q;
+    pthread_barrier_t *start, *stop;
+} run;
+
+typedef struct worker {
+    const run *r;
+    int index;
+    float sink;
+} worker;
+
+static float qrows[HK][4][D] __attribute__((aligned(64))); // q: [HK][4 rows, D]
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* acc[i] += q[i] · the 16 floats at p, for the 4 query rows of head h. */
+static inline void fma4(const run *r, int h, const float *p, int c, __m512 acc[4]) {
+    const float(*q)[D] = qrows[r->own_q ? h : 0];
+    const __m512 k = _mm512_load_ps(p + c);
+    for (int i = 0; i < 4; i++) acc[i] = _mm512_fmadd_ps(k, _mm512_load_ps(q[i] + c), acc[i]);
+}
+
+static inline void ask(const char *line) { _mm_prefetch(line, _MM_HINT_T0); }
+
+/* One group (tokens [g, ge) of the buffer at base) head by head; `next` is the next group's
+ * first byte (NULL: none), `cur` this group's, for the orders that ask for rows. */
+static void group(const run *r, const char *base, size_t g, size_t ge, const char *next,
+                  __m512 acc[4]) {
+    const int n = (int)(ge - g);
+    int asked = 0; /* next-group: lines asked for so far, a line per line loaded */
+    for (int h = 0; h < HK; h++) {
+        if (r->order == TILES) {
+            for (int j = 0; j < n; j += 4) {
+                const float *p[4];
+                for (int jj = 0; jj < 4; jj++)
+                    p[jj] = (const float *)(base + (g + (j + jj < n ? j + jj : j)) * TOKEN +
+                                            h * ROW);
+                for (int c = 0; c < D; c += 16) {
+                    for (int u = 0; next && u < 4; u++) ask(next + 64 * asked++);
+                    for (int jj = 0; jj < 4; jj++) fma4(r, h, p[jj], c, acc);
+                }
+            }
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            const float *p = (const float *)(base + (g + j) * TOKEN + h * ROW);
+            if (r->order == NEXT_CALL) { /* head h + 1's row of this token, else next group's */
+                const char *want = h + 1 < HK ? (const char *)p + ROW
+                                   : next     ? next + j * TOKEN
+                                              : NULL;
+                for (int at = 0; want && at < ROW; at += 64) ask(want + at);
+            }
+            for (int c = 0; c < D; c += 16) {
+                if (r->order == NEXT_GROUP && next) ask(next + 64 * asked++);
+                fma4(r, h, p, c, acc);
+            }
+        }
+    }
+}
+
+static void *work(void *arg) {
+    worker *w = arg;
+    const run *r = w->r;
+    const size_t lo = r->ntok * (size_t)w->index / (size_t)r->threads;
+    const size_t hi = r->ntok * (size_t)(w->index + 1) / (size_t)r->threads;
+    const char *kbase = r->buf, *vbase = r->buf + r->ntok * TOKEN;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    pthread_barrier_wait(r->start);
+    if (r->order == SUM) {
+        for (int half = 0; half < 2; half++)
+            for (size_t o = lo * TOKEN; o < hi * TOKEN; o += 64)
+                acc[0] = _mm512_add_ps(acc[0], _mm512_load_ps((const float *)((half ? vbase
+                                                                               : kbase) + o)));
+    } else if (r->order == SEQ) {
+        for (int half = 0; half < 2; half++)
+            for (size_t j = lo; j < hi; j++)
+                for (int h = 0; h < HK; h++)
+                    for (int c = 0; c < D; c += 16)
+                        fma4(r, h, (const float *)((half ? vbase : kbase) + j * TOKEN + h * ROW),
+                             c, acc);
+    } else {
+        for (size_t b = lo; b < hi; b += BLOCK) {
+            const size_t be = b + BLOCK < hi ? b + BLOCK : hi;
+            for (int half = 0; half < 2; half++) {
+                const char *base = half ? vbase : kbase;
+                for (size_t g = b; g < be; g += GROUP) {
+                    const size_t ge = g + GROUP < be ? g + GROUP : be;
+                    const char *next = ge < be ? base + ge * TOKEN          /* same phase */
+                                       : !half ? vbase + b * TOKEN          /* V's first */
+                                       : be < hi ? kbase + be * TOKEN : NULL; /* next block */
+                    group(r, base, g, ge, r->order == GROUPED ? NULL : next, acc);
+                }
+            }
+        }
+    }
+    pthread_barrier_wait(r->stop);
+    float out[16];
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
+                                        _mm512_add_ps(acc[2], acc[3])));
+    w->sink = out[0];
+    return NULL;
+}
+
+/* GB/s of one pass of `order` over the buffer on r->threads threads. */
+static double pass(run *r, int order) {
+    pthread_t tid[64];
+    worker w[64];
+    pthread_barrier_t b0, b1;
+    pthread_barrier_init(&b0, NULL, (unsigned)r->threads);
+    pthread_barrier_init(&b1, NULL, (unsigned)r->threads);
+    r->order = order;
+    r->start = &b0;
+    r->stop = &b1;
+    for (int t = 0; t < r->threads; t++) w[t] = (worker){r, t, 0.0f};
+    for (int t = 1; t < r->threads; t++) pthread_create(&tid[t], NULL, work, &w[t]);
+    const double t0 = now();
+    work(&w[0]);
+    const double dt = now() - t0;
+    for (int t = 1; t < r->threads; t++) pthread_join(tid[t], NULL);
+    pthread_barrier_destroy(&b0);
+    pthread_barrier_destroy(&b1);
+    if (w[0].sink == 42.0f) puts(""); /* keeps the sums alive */
+    return 2.0 * (double)r->ntok * TOKEN / dt * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    int a = 1, own_q = 0;
+    if (a < argc && !strcmp(argv[a], "-q")) own_q = 1, a++;
+    if (argc - a < 4) {
+        fprintf(stderr, "usage: %s [-q] THREADS MIB ROUNDS ORDER...\norders:", argv[0]);
+        for (int o = 0; o < NORDERS; o++) fprintf(stderr, " %s", names[o]);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        fprintf(stderr, "bench_read_order: this CPU has no AVX-512F\n");
+        return 2;
+    }
+    const int threads = atoi(argv[a]), rounds = atoi(argv[a + 2]);
+    const size_t bytes = (size_t)atol(argv[a + 1]) << 20;
+    int orders[16], no = 0;
+    for (int i = a + 3; i < argc && no < 16; i++) {
+        int o = 0;
+        while (o < NORDERS && strcmp(argv[i], names[o])) o++;
+        if (o == NORDERS) {
+            fprintf(stderr, "bench_read_order: unknown order '%s'\n", argv[i]);
+            return 2;
+        }
+        orders[no++] = o;
+    }
+    if (threads < 1 || threads > 64 || rounds < 1 || rounds > 101 || bytes < 2 * TOKEN * BLOCK) {
+        fprintf(stderr, "bench_read_order: 1-64 threads, 1-101 rounds, at least 1 MiB\n");
+        return 2;
+    }
+    char *buf = aligned_alloc(1 << 21, bytes);
+    if (!buf) return 1;
+    memset(buf, 1, bytes); /* first touch here: one thread, as a cache written by one */
+    for (int h = 0; h < HK; h++)
+        for (int i = 0; i < 4; i++)
+            for (int c = 0; c < D; c++) qrows[h][i][c] = 0.001f * (float)(i + c + h);
+    run r = {buf, bytes / 2 / TOKEN, threads, 0, own_q, NULL, NULL};
+    static double gbs[16][101];
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < no; i++) gbs[i][k] = pass(&r, orders[(i + k) % no]);
+    printf("%d thread(s), %zu MiB, %s query rows, median of %d rounds (min-max):\n", threads,
+           bytes >> 20, own_q ? "per-head" : "shared", rounds);
+    for (int i = 0; i < no; i++) { /* slot i ran order (i + k) % no in round k: regroup */
+        double v[101];
+        for (int k = 0; k < rounds; k++) v[k] = gbs[((i - k) % no + no) % no][k];
+        qsort(v, (size_t)rounds, sizeof *v, cmp);
+        printf("  %-10s %6.1f GB/s (%.1f-%.1f)\n", names[orders[i]], v[rounds / 2], v[0],
+               v[rounds - 1]);
+    }
+    free(buf);
+    return 0;
+}
