@@ -28,8 +28,8 @@ static inline __m512 fa__sum16(__m512 v[16]) {
                          _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
 }
 
-/* Prefetches lines [l0, l1) of row r of pf, if there is one. prefetcht0: on Zen 5 decode read
- * its caches in 0.74-0.96 of prefetcht1's time (bench/results/2026-12-02-decode-zen5-order.md). */
+/* Prefetches lines [l0, l1) of row r of pf, if there is one. prefetcht0: on Zen 5 decode took
+ * 0.75-0.93 of prefetcht1's time at 32k tokens (bench/results/2026-12-02-decode-zen5-order.md). */
 static inline __attribute__((always_inline)) void fa__prefetch_lines(const fa__prefetch *pf,
                                                                      int r, int l0, int l1) {
     if (pf && r < pf->n)
