@@ -70,7 +70,7 @@ static inline void fma4(const run *r, int h, const float *p, int c, __m512 acc[4
 static inline void ask(const char *line) { _mm_prefetch(line, _MM_HINT_T0); }
 
 /* One group (tokens [g, ge) of the buffer at base) head by head; `next` is the next group's
- * first byte (NULL: none), `cur` this group's, for the orders that ask for rows. */
+ * first byte, for the orders that ask for rows (NULL: none). */
 static void group(const run *r, const char *base, size_t g, size_t ge, const char *next,
                   __m512 acc[4]) {
     const int n = (int)(ge - g);

@@ -182,12 +182,11 @@ static int group_part(const decode_group *gr, int64_t part, int64_t parts, const
     return na;
 }
 
-/* Group gr's rows of head hk only. */
-static decode_group group_head(const decode_group *gr, int64_t hk) {
-    decode_group one = *gr;
-    one.ha = hk;
-    one.hb = hk + 1;
-    return one;
+/* Group gr's first c rows of head hk, key by key, into rows; returns c. */
+static int head_rows(const decode_group *gr, int64_t hk, int c, const void **rows) {
+    for (int j = 0; j < c; j++)
+        rows[j] = (const char *)gr->rows0[gr->j0 + j] + (hk - gr->h0) * gr->step;
+    return c;
 }
 
 /* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
@@ -199,9 +198,10 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
     if (!near)
         return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask),
                               next->bytes};
-    decode_group one = hk + 1 < cur->hb ? group_head(cur, hk + 1) : group_head(next, next->ha);
-    one.c = one.c < cur->c ? one.c : cur->c;
-    return (fa__prefetch){ask, group_part(&one, 0, 1, ask), one.bytes};
+    const decode_group *g = hk + 1 < cur->hb ? cur : next;
+    const int c = g->c < cur->c ? g->c : cur->c;
+    return (fa__prefetch){ask, head_rows(g, hk + 1 < cur->hb ? hk + 1 : next->ha, c, ask),
+                          g->bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
@@ -244,8 +244,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                              : (decode_group){vrow, 0, h0, h1, h00, vstep, FA_KEYS(n, pvk), vb};
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
-                const decode_group mine = group_head(&cur, hk);
-                group_part(&mine, 0, 1, k);
+                head_rows(&cur, hk, cur.c, k);
                 const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
                 if (qbf16)
@@ -260,9 +259,9 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         for (int64_t hk = h0; hk < h1; hk++)
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0, R);
+        const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
+        const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
-            const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
-            const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
             const decode_group cur = {vrow, jg, h0, h1, h00, vstep, FA_KEYS(n - jg, pvk), vb};
             decode_group next = {krow, 0, h00, h00 + 1, h00, kstep, 0, kb}; /* none */
             if (jg + pvk < n)
@@ -274,8 +273,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 next = (decode_group){knext, 0, h00, hn, h00, kstep, FA_KEYS(nn, qkk), kb};
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
-                const decode_group mine = group_head(&cur, hk);
-                group_part(&mine, 0, 1, v);
+                head_rows(&cur, hk, cur.c, v);
                 const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
                 const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
