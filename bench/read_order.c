@@ -18,6 +18,11 @@
  *             decode does now on AVX-512
  *   tiles     next-group with the rows read 4 keys at a time, a line of each per step, as the
  *             decode tile reads them
+ *   strided   decode's products until 2026-12-02: K as tiles, V in two passes of 64 columns
+ *             over the keys (pv's column tiles); the share asked a line of each of 4 rows per
+ *             step (K) and each row's half of its lines per key (V), strided over the share
+ *   kernels   the same reads, the share asked in memory order, a line per line loaded: decode's
+ *             products now (src/cpu/kernels/avx512/decode_common.h, fa__asks)
  * With -q, each head has its own query rows (16 KiB for 8 heads, as in decode), not one 2 KiB set.
  *
  * usage: bench_read_order [-q] THREADS MIB ROUNDS ORDER...
@@ -34,10 +39,10 @@
 #include <time.h>
 
 enum { HK = 8, D = 128, ROW = D * 4, TOKEN = HK * ROW, BLOCK = 128, GROUP = 8 };
-enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, NORDERS };
+enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, STRIDED, KERNELS, NORDERS };
 
-static const char *const names[NORDERS] = {"sum", "seq", "group", "next-call", "next-group",
-                                           "tiles"};
+static const char *const names[NORDERS] = {"sum",        "seq",   "group",   "next-call",
+                                           "next-group", "tiles", "strided", "kernels"};
 
 typedef struct run {
     const char *buf; /* K: tokens [0, ntok), V: [ntok, 2 ntok) */
@@ -69,13 +74,45 @@ static inline void fma4(const run *r, int h, const float *p, int c, __m512 acc[4
 
 static inline void ask(const char *line) { _mm_prefetch(line, _MM_HINT_T0); }
 
-/* One group (tokens [g, ge) of the buffer at base) head by head; `next` is the next group's
- * first byte, for the orders that ask for rows (NULL: none). */
-static void group(const run *r, const char *base, size_t g, size_t ge, const char *next,
+/* Head h's rows of a group as decode's products read them (strided, kernels): K (v = 0) as
+ * tiles of 4 keys, V in column passes; head h's share of the next group is its h-th token. */
+static void products(const run *r, const char *base, size_t g, int n, int h, int v,
+                     const char *next, int *asked, __m512 acc[4]) {
+    const char *share = next ? next + h * TOKEN : NULL;
+    if (!v)
+        for (int j = 0; j < n; j += 4) {
+            const float *p[4];
+            for (int jj = 0; jj < 4; jj++)
+                p[jj] = (const float *)(base + (g + (j + jj < n ? j + jj : j)) * TOKEN + h * ROW);
+            for (int c = 0; c < D; c += 16) {
+                for (int u = 0; share && u < 4; u++) /* row j + u's line c/16, or the next 4 */
+                    ask(r->order == STRIDED ? share + (j + u) * ROW + 4 * c
+                                            : next + 64 * (*asked)++);
+                for (int jj = 0; jj < 4; jj++) fma4(r, h, p[jj], c, acc);
+            }
+        }
+    else
+        for (int c0 = 0; c0 < D; c0 += 64)
+            for (int j = 0; j < n; j++) {
+                for (int u = 0; share && u < 4; u++) /* row j's lines of this pass, or the next 4 */
+                    ask(r->order == STRIDED ? share + j * ROW + 4 * c0 + 64 * u
+                                            : next + 64 * (*asked)++);
+                const float *p = (const float *)(base + (g + j) * TOKEN + h * ROW);
+                for (int c = c0; c < c0 + 64; c += 16) fma4(r, h, p, c, acc);
+            }
+}
+
+/* One group (tokens [g, ge) of the buffer at base; v: of V) head by head; `next` is the next
+ * group's first byte, for the orders that ask for rows (NULL: none). */
+static void group(const run *r, const char *base, size_t g, size_t ge, int v, const char *next,
                   __m512 acc[4]) {
     const int n = (int)(ge - g);
-    int asked = 0; /* next-group: lines asked for so far, a line per line loaded */
+    int asked = 0; /* next-group, tiles, kernels: lines asked for so far, a line per line loaded */
     for (int h = 0; h < HK; h++) {
+        if (r->order == STRIDED || r->order == KERNELS) {
+            products(r, base, g, n, h, v, next, &asked, acc);
+            continue;
+        }
         if (r->order == TILES) {
             for (int j = 0; j < n; j += 4) {
                 const float *p[4];
@@ -136,7 +173,7 @@ static void *work(void *arg) {
                     const char *next = ge < be ? base + ge * TOKEN          /* same phase */
                                        : !half ? vbase + b * TOKEN          /* V's first */
                                        : be < hi ? kbase + be * TOKEN : NULL; /* next block */
-                    group(r, base, g, ge, r->order == GROUPED ? NULL : next, acc);
+                    group(r, base, g, ge, half, r->order == GROUPED ? NULL : next, acc);
                 }
             }
         }

@@ -189,6 +189,7 @@ static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype,
 FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                           const int32_t DT, float *s, int64_t lds, const fa__prefetch *pf) {
     const int dfull = d / 16 * 16;
+    fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
@@ -200,7 +201,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
                 qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
             for (int c = 0; c < d; c += 16) {
                 __m512 kv[4], qv[4];
-                if (i0 == 0) fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
+                if (i0 == 0) fa__ask_lines(&ask, DT == FA_DTYPE_F32 ? 4 : 2); /* as loaded */
                 if (c < dfull) {
                     for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
                     for (int ii = 0; ii < 4; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
@@ -216,6 +217,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
             fa__store_tile4(fa__sum16(acc), m - i0 < 4 ? m - i0 : 4, n - j0, s + i0 * lds + j0,
                             lds);
         }
+    fa__ask_rest(&ask);
 }
 
 /* The last one or two rows (TR) of qk_rows, which a decode with one or two query rows per KV
@@ -224,7 +226,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
  * the 4-row tiles, whose code stays as it was. Keys past n repeat key j0: computed, not stored. */
 FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq,
                            const void *const *k, const int32_t DT, float *s, int64_t lds,
-                           const fa__prefetch *pf) {
+                           fa__asks *ask) {
     const int dfull = d / 16 * 16;
     __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
@@ -234,7 +236,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
     for (int c = 0; c < d; c += 16) {
         __m512 kv[4], qv[4];
-        fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
+        fa__ask_lines(ask, DT == FA_DTYPE_F32 ? 4 : 2); /* as many lines as it loads */
         if (c < dfull) {
             for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
             for (int ii = 0; ii < TR; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
@@ -263,10 +265,12 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
 FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
                          const void *const *k, const int32_t DT, float *s, int64_t lds,
                          const fa__prefetch *pf) {
+    fa__asks ask = fa__asks_begin(pf);
     if (rows == 2)
-        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(2, n, j0, d, q, ldq, k, DT, s, lds, pf);
+        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(2, n, j0, d, q, ldq, k, DT, s, lds, &ask);
     else
-        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(1, n, j0, d, q, ldq, k, DT, s, lds, pf);
+        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(1, n, j0, d, q, ldq, k, DT, s, lds, &ask);
+    fa__ask_rest(&ask);
 }
 
 /* qk_rows' last rows when m % 4 is 1 or 2, rows 0.. of q and s (callers offset them). */
@@ -295,7 +299,7 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
  * probabilities and are not stored. */
 FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p,
                             int64_t ldp, const void *const *v, const int32_t DT, const float *alpha,
-                            float *o, int64_t ldo, const fa__prefetch *pf) {
+                            float *o, int64_t ldo, fa__asks *ask) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
@@ -304,10 +308,8 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
     __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 */
     __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 */
     __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 */
-    int l0, l1; /* pf's rows, one per key, shared by the column tiles: lines [l0, l1) here */
-    fa__prefetch_cols(pf, c, 16 * W, d, &l0, &l1);
     for (int j = 0; j < n; j++) {
-        fa__prefetch_lines(pf, j, l0, l1);
+        if (ask) fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as loaded */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
@@ -340,15 +342,17 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
 FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                           const int32_t DT, const float *alpha, float *o, int64_t ldo,
                           const fa__prefetch *pf) {
+    fa__asks first = fa__asks_begin(pf), *ask = &first; /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
         for (; d - c > 48; c += 64)
-            pv_rows_tile(m, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
-        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, pf);
-        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
-        pf = NULL;
+            pv_rows_tile(m, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, ask);
+        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, ask);
+        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, ask);
+        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, ask);
+        ask = NULL;
     }
+    fa__ask_rest(&first);
 }
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
@@ -356,15 +360,13 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
  * accumulators summed over the keys, then alpha O + sum. */
 FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
                              const void *const *v, const int32_t DT, const float *alpha, float *o,
-                             int64_t ldo, const fa__prefetch *pf) {
+                             int64_t ldo, fa__asks *ask) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
-    int l0, l1; /* pf's rows, one per key, shared by the column tiles: lines [l0, l1) here */
-    fa__prefetch_cols(pf, c, 16 * W, d, &l0, &l1);
     for (int j = 0; j < n; j++) {
-        fa__prefetch_lines(pf, j, l0, l1);
+        fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as many as it loads */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_SMALL(w)                                                                             \
@@ -403,12 +405,14 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const flo
 FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             const void *const *v, const int32_t DT, const float *alpha, float *o,
                             int64_t ldo, const fa__prefetch *pf) {
+    fa__asks ask = fa__asks_begin(pf);
     int c = 0;
     for (; d - c > 64; c += 128)
-        pv_rows_small(TR, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, pf);
-    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf);
-    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf);
+        pv_rows_small(TR, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, &ask);
+    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, &ask);
+    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, &ask);
+    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, &ask);
+    fa__ask_rest(&ask);
 }
 
 /* pv_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each call. */

@@ -2,8 +2,8 @@
 /*
  * decode_common.h — pieces shared by the AVX-512 decode products (avx512.c) and their bf16
  * dot-product variant (avx512bf16/bf16.c): the 16-way reduction of a 4 x 4 tile of dot products
- * and the prefetch of the rows the caller reads next, spread over a tile's steps so the requests
- * keep pace with the tile's loads. Header-only, for AVX-512F builds.
+ * and the prefetch of the rows the caller reads next, spread over a product's load steps.
+ * Header-only, for AVX-512F builds.
  */
 #ifndef FA_AVX512_DECODE_COMMON_H
 #define FA_AVX512_DECODE_COMMON_H
@@ -28,30 +28,53 @@ static inline __m512 fa__sum16(__m512 v[16]) {
                          _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
 }
 
-/* Prefetches lines [l0, l1) of row r of pf, if there is one. prefetcht0: on Zen 5 decode took
- * 0.75-0.93 of prefetcht1's time at 32k tokens (bench/results/2026-12-02-decode-zen5-order.md). */
-static inline __attribute__((always_inline)) void fa__prefetch_lines(const fa__prefetch *pf,
-                                                                     int r, int l0, int l1) {
-    if (pf && r < pf->n)
-        for (int l = l0; l < l1; l++)
-            _mm_prefetch((const char *)pf->rows[r] + 64 * l, _MM_HINT_T0);
+/* The caller's next rows (pf) asked for in memory order, row by row and each row's lines in
+ * turn; rows that follow each other in memory (a BSHD cache's heads of a key, and its keys when
+ * the cache is dense) are walked as one span, so a line costs a prefetch and an add. A product
+ * asks at each load step for as many lines as the step loads (fa__ask_lines), so the requests
+ * keep pace with its reads, and at its end for any left (fa__ask_rest). On Zen 5, where the
+ * products had asked a line of each of several rows per step, this took 0.87 (fp32), 0.94 (bf16)
+ * and 0.96-1.05 (fp16) of the time at 32k tokens (bench/results/2026-12-02-decode-zen5-asks.md).
+ * prefetcht0: there decode took 0.75-0.93 of prefetcht1's time
+ * (bench/results/2026-12-02-decode-zen5-order.md). */
+typedef struct fa__asks {
+    const char *at, *end; /* the next line to ask for, and the end of its span */
+    const void *const *rows;
+    int r, n, bytes; /* the row after the span; rows; bytes of a row */
+} fa__asks;
+
+/* The span that starts at row a->r (0: none left). */
+static inline int fa__asks_span(fa__asks *a) {
+    if (a->r >= a->n) return 0;
+    a->at = (const char *)a->rows[a->r];
+    a->end = a->at + a->bytes;
+    for (a->r++; a->r < a->n && (const char *)a->rows[a->r] == a->end; a->r++) a->end += a->bytes;
+    return 1;
 }
 
-/* Line `line` of each of pf's rows [r0, r0 + 4), if there is a pf: a qk tile of 4 keys, which
- * reads a line of each of its 4 rows per step, asks for the next rows at the same pace. */
-static inline __attribute__((always_inline)) void fa__prefetch_line4(const fa__prefetch *pf,
-                                                                     int r0, int line) {
-    if (pf && line * 64 < pf->bytes)
-        for (int r = r0; r < r0 + 4; r++) fa__prefetch_lines(pf, r, line, line + 1);
+static inline fa__asks fa__asks_begin(const fa__prefetch *pf) {
+    fa__asks a = {NULL, NULL, NULL, 0, 0, 0};
+    if (pf && pf->n > 0 && pf->bytes > 0) {
+        a.rows = pf->rows, a.n = pf->n, a.bytes = pf->bytes;
+        fa__asks_span(&a);
+    }
+    return a;
 }
 
-/* The lines [*l0, *l1) of pf's rows that a pv tile over columns [c, c + w) of d asks for, so
- * the column tiles of a row of keys share each row's lines; none without a pf. */
-static inline void fa__prefetch_cols(const fa__prefetch *pf, int c, int w, int d, int *l0,
-                                     int *l1) {
-    const int nl = pf ? (pf->bytes + 63) / 64 : 0;
-    *l0 = nl * c / d;
-    *l1 = c + w >= d ? nl : nl * (c + w) / d;
+/* The next k lines (k: a compile-time count in each caller), or those left. */
+static inline __attribute__((always_inline)) void fa__ask_lines(fa__asks *a, const int k) {
+    for (int u = 0; u < k; u++) {
+        if (a->at >= a->end && !fa__asks_span(a)) return;
+        _mm_prefetch(a->at, _MM_HINT_T0);
+        a->at += 64;
+    }
+}
+
+/* Every line not asked for yet. */
+static inline void fa__ask_rest(fa__asks *a) {
+    do
+        for (; a->at < a->end; a->at += 64) _mm_prefetch(a->at, _MM_HINT_T0);
+    while (fa__asks_span(a));
 }
 
 /* Stores a 4 x 4 tile of scores, lane 4 ii + jj of sums (row ii, key jj), into s (row stride

@@ -173,6 +173,7 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
                              const fa__prefetch *pf) {
     const int dfull = d2 / 16 * 16;
     const __m512 vs = _mm512_set1_ps(scale);
+    fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
@@ -185,7 +186,7 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
             for (int c = 0; c < d2; c += 16) {
                 const __mmask16 mk = c < dfull ? (__mmask16)0xFFFF : tail_mask(d2 - c);
                 __m512bh kv[4], qv[4];
-                if (i0 == 0) fa__prefetch_line4(pf, j0, c / 16); /* pf's rows, 4 per 4 keys */
+                if (i0 == 0) fa__ask_lines(&ask, 4); /* a line per line loaded */
                 for (int jj = 0; jj < 4; jj++)
                     kv[jj] = (__m512bh)_mm512_maskz_loadu_epi32(mk, kr[jj] + 4 * c);
                 for (int ii = 0; ii < 4; ii++)
@@ -197,6 +198,7 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
             fa__store_tile4(_mm512_mul_ps(vs, fa__sum16(acc)), m - i0 < 4 ? m - i0 : 4, n - j0,
                             s + i0 * lds + j0, lds);
         }
+    fa__ask_rest(&ask);
 }
 
 /* Decode's pv_rows on pairs: O = diag(alpha) O + P V for rows i0..i0+3 and 64 columns at a time.
@@ -213,6 +215,7 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
         24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
     const __m512i ilo = _mm512_loadu_si512(lo_hi), ihi = _mm512_loadu_si512(lo_hi + 32);
     const int n2 = (n + 1) / 2;
+    fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int c = 0; c < d; c += 64) {
             const int left = d - c;
@@ -222,11 +225,8 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                                               : (__mmask32)((1u << (left - 32)) - 1u);
             const __m512 z = _mm512_setzero_ps();
             __m512 acc[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
-            int l0 = 0, l1 = 0; /* pf's rows, spread over the keys and column tiles */
-            if (i0 == 0) fa__prefetch_cols(pf, c, 64, d, &l0, &l1);
             for (int t = 0; t < n2; t++) {
-                fa__prefetch_lines(pf, 2 * t, l0, l1);
-                fa__prefetch_lines(pf, 2 * t + 1, l0, l1);
+                if (i0 == 0) fa__ask_lines(&ask, 4); /* 2 rows x 128 bytes loaded */
                 const char *va = v[2 * t], *vb = 2 * t + 1 < n ? v[2 * t + 1] : va;
                 __m512bh s[4]; /* row ii's probabilities of keys 2t, 2t + 1 */
                 for (int ii = 0; ii < 4; ii++)
@@ -254,6 +254,7 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                 }
             }
         }
+    fa__ask_rest(&ask);
 }
 
 /* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
