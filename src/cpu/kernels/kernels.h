@@ -63,13 +63,17 @@ typedef struct fa__cpu_kernels {
      * ask each call for the rows of the call after it, a few KiB ahead (avx2: all, Zen 3's
      * prefetcht1 fills L1 and farther requests flushed it); clear, for the call's share of the
      * next group of keys' rows (every head's) in memory order, about 32 KiB ahead (avx512: on
-     * Zen 5 the cache then reads near its front-to-back rate; neon: not measured). */
+     * Zen 5 the cache then reads near its front-to-back rate; neon: not measured).
+     * decode_pf_range: 1 where the products pace pf by lines, not rows (avx512), so a share
+     * whose rows lie back to back comes as one row of all their bytes; 0: rows of the cache's
+     * row size, as many as the share has. */
     void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                     int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                     int32_t dtype, const float *alpha, float *o, int64_t ldo,
                     const fa__prefetch *pf);
     int decode_pf_next_call;
+    int decode_pf_range;
     /* Keys per decode call of qk_rows, then of pv_rows, on fp16/bf16 rows (1..64; fp32 rows go 8
      * at a time): longer calls save per-call work (row pointers, prefetch loops, pv's accumulator
      * loads and stores) where decode is bound by the cores (Zen 3: 64 and 32); shorter ones read
