@@ -304,7 +304,8 @@ typedef struct fa_kvcache {
     /* 1 (the default): rotate pairs (2t, 2t+1); 0: pairs (t, t + rotary_dim/2) (GPT-NeoX). */
     int32_t rotary_interleaved;
     /* flash-attn's split count, 0 (automatic) to 128. Accepted for compatibility: the CPU always
-     * splits long caches into fixed 1024-key chunks, so results never depend on it. */
+     * splits a cache into chunks whose size depends only on its length (1024 keys, or an eighth
+     * of a cache shorter than 8192 keys), so results never depend on it. */
     int32_t num_splits;
 } fa_kvcache;
 

@@ -14,10 +14,10 @@
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
  *
  * Split-KV (decode): a batch whose g·Sq rows are few (FA_SPLIT_ROWS) has too little work per
- * task to use the threads, so its keys are cut into fixed chunks of FA_CHUNK keys, each
- * computed for all KV heads (so the cache is read front to back) into a partial holding every
- * head's unnormalized (m, l, O); a second pass merges the partials of each (batch, KV head) in
- * chunk order. A task takes a run of consecutive chunks (how many depends on the thread count):
+ * task to use the threads, so its keys are cut into chunks (split_chunk: their size depends
+ * only on the batch's key count), each computed for all KV heads (so the cache is read front to
+ * back) into a partial holding every head's unnormalized (m, l, O); a second pass merges the
+ * partials of each (batch, KV head) in chunk order. A task takes a run of consecutive chunks (how many depends on the thread count):
  * inside a run the next chunk's first block is prefetched like any next block, where a task per
  * chunk started each chunk on cold rows.
  *
@@ -40,7 +40,8 @@ enum {
     FA_ROWS = 252,      /* target rows (query heads x positions) per task: 28 x 9, 42 x 6 */
     FA_BR_MAX = 252,    /* most query positions per task */
     FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
-    FA_CHUNK = 1024,    /* keys per split chunk, a multiple of FA_BC */
+    FA_CHUNK = 1024,    /* most keys per split chunk, a multiple of FA_BC */
+    FA_CHUNKS = 8,      /* chunks a shorter cache is cut into (chunks of at least FA_BC keys) */
     FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
     FA_RUN_MAX = 8      /* most chunks per split task */
 };
@@ -57,6 +58,7 @@ typedef struct fwd_plan {
     int64_t br;          /* query positions per task */
     int64_t *task_start; /* [B + 1]: first task of each batch */
     int64_t *split;      /* [B]: key chunks per (batch, KV head); 0 = not split */
+    int64_t *chunk;      /* [B]: keys per chunk, a multiple of FA_BC */
     int64_t run;         /* consecutive chunks per split task */
     int64_t *part_start; /* [B + 1]: first partial of each batch */
     float *partial;      /* per partial: m, l [FA_SPLIT_ROWS] then O [FA_SPLIT_ROWS, D] */
@@ -345,9 +347,10 @@ static int head_packed(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_
  * unnormalized O of every head in the scratch. Blocks are the outer loop and heads the inner
  * one, so a split chunk reads each block of the cache (all heads, contiguous in BSHD) once.
  * Keys [j_hi, j_next) come next in the same task (a split run's next chunk; j_next = j_hi when
- * none): decode prefetches the first of their blocks too. */
+ * none): decode prefetches the first of their blocks too. load_q: load the task's Q (a split
+ * run's later chunks find it loaded). */
 static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi,
-                     int64_t j_next) {
+                     int64_t j_next, int load_q) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = p->D, b = t->b, i0 = t->i0, nr = t->nr, R = t->R;
@@ -368,14 +371,15 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
+        t->m[r] = -INFINITY;
+        t->l[r] = 0.0f;
+        if (!load_q) continue;
         const int64_t hk = t->hk0 + r / R, h = hk * pl->g + r % R / nr, i = i0 + r % nr;
         const void *src = fa__elem(&p->q, b, rq + i, h);
         if (bf16 || dbf)
             fa__copy_bf16_row((uint16_t *)((uint32_t *)t->Q + r * D2), src, D, p->q.sd);
         else if (p->q.sd == 1) kern->to_f32((int)D, src, p->q.dtype, pl->qscale, t->Q + r * D);
         else fa__load_f32(t->Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
-        t->m[r] = -INFINITY;
-        t->l[r] = 0.0f;
     }
     memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
 
@@ -502,11 +506,12 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     if (nc) { /* this task's run of chunks: each leaves every head's (m, l, O) in its partial */
         const int64_t c0 = local * pl->run, c1 = c0 + pl->run < nc ? c0 + pl->run : nc;
         for (int64_t c = c0; c < c1; c++) {
-            const int64_t lo = j_lo > c * FA_CHUNK ? j_lo : c * FA_CHUNK;
-            const int64_t hi = j_hi < (c + 1) * FA_CHUNK ? j_hi : (c + 1) * FA_CHUNK;
+            const int64_t ck = pl->chunk[b];
+            const int64_t lo = j_lo > c * ck ? j_lo : c * ck;
+            const int64_t hi = j_hi < (c + 1) * ck ? j_hi : (c + 1) * ck;
             int64_t next = hi; /* the next chunk's keys start at hi when it has any */
-            if (c + 1 < c1 && j_hi > hi) next = j_hi < hi + FA_CHUNK ? j_hi : hi + FA_CHUNK;
-            run_rows(pl, &t, lo, hi, next);
+            if (c + 1 < c1 && j_hi > hi) next = j_hi < hi + ck ? j_hi : hi + ck;
+            run_rows(pl, &t, lo, hi, next, c == c0);
             for (int64_t hk = 0; hk < p->Hk; hk++) {
                 const size_t at = (size_t)(pl->part_start[b] + hk * nc + c) * partial_floats(D);
                 float *part = pl->partial + at;
@@ -518,9 +523,18 @@ static void fwd_task(void *arg, int64_t task, int worker) {
         }
         return;
     }
-    run_rows(pl, &t, j_lo, j_hi, j_hi);
+    run_rows(pl, &t, j_lo, j_hi, j_hi, 1);
     for (int64_t r = 0; r < t.R; r++)
         write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
+}
+
+/* Keys per split chunk of a cache of sk keys: FA_CHUNKS chunks of at least FA_BC keys, at most
+ * FA_CHUNK. Chunks of 1024 keys left caches of 1024 or fewer unsplit, a task per KV head reading
+ * its rows 2-4 KiB apart (on Zen 5 that took twice the time of 1025 keys split in two), and
+ * caches of a few thousand keys with as few tasks as chunks. */
+static int64_t split_chunk(int64_t sk) {
+    const int64_t c = ((sk + FA_CHUNKS - 1) / FA_CHUNKS + FA_BC - 1) / FA_BC * FA_BC;
+    return c < FA_BC ? FA_BC : c > FA_CHUNK ? FA_CHUNK : c;
 }
 
 /* Merges the chunk partials of one (batch, KV head) in chunk order. Task = b * Hk + hk. */
@@ -601,18 +615,20 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
 
     const int nthreads = fa__context_threads(ctx);
     pl.scratch_floats = scratch_floats(&pl);
-    pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
+    pl.task_start = malloc((size_t)(4 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) goto no_memory;
     head_packs(&pl, nthreads);
     pl.split = pl.task_start + p->B + 1;
     pl.part_start = pl.split + p->B;
+    pl.chunk = pl.part_start + p->B + 1;
 
     int64_t chunks = 0;
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
-        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > FA_CHUNK;
-        pl.split[b] = split ? (sk + FA_CHUNK - 1) / FA_CHUNK : 0;
+        pl.chunk[b] = split_chunk(sk);
+        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > pl.chunk[b];
+        pl.split[b] = split ? (sk + pl.chunk[b] - 1) / pl.chunk[b] : 0;
         chunks += pl.split[b];
     }
     /* Runs of up to FA_RUN_MAX chunks, as long as every thread still gets FA_RUNS of them. */
