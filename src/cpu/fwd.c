@@ -17,9 +17,9 @@
  * task to use the threads, so its keys are cut into chunks (split_chunk: their size depends
  * only on the batch's key count), each computed for all KV heads (so the cache is read front to
  * back) into a partial holding every head's unnormalized (m, l, O); a second pass merges the
- * partials of each (batch, KV head) in chunk order. A task takes a run of consecutive chunks (how many depends on the thread count):
- * inside a run the next chunk's first block is prefetched like any next block, where a task per
- * chunk started each chunk on cold rows.
+ * partials of each (batch, KV head) in chunk order. A task takes a run of consecutive chunks
+ * (how many depends on the thread count): inside a run the next chunk's first block is
+ * prefetched like any next block, where a task per chunk started each chunk on cold rows.
  *
  * K and V blocks reach the products packed (Kᵀ, and V where its rows cannot serve in place): from
  * the thread's head pack, where each key of a (batch, KV head) is packed once per thread for all
