@@ -58,7 +58,6 @@ typedef struct fwd_plan {
     int64_t br;          /* query positions per task */
     int64_t *task_start; /* [B + 1]: first task of each batch */
     int64_t *split;      /* [B]: key chunks per (batch, KV head); 0 = not split */
-    int64_t *chunk;      /* [B]: keys per chunk, a multiple of FA_BC */
     int64_t run;         /* consecutive chunks per split task */
     int64_t *part_start; /* [B + 1]: first partial of each batch */
     float *partial;      /* per partial: m, l [FA_SPLIT_ROWS] then O [FA_SPLIT_ROWS, D] */
@@ -482,6 +481,15 @@ static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const
     }
 }
 
+/* Keys per split chunk of a cache of sk keys: FA_CHUNKS chunks of at least FA_BC keys, at most
+ * FA_CHUNK. Chunks of 1024 keys left caches of 1024 or fewer unsplit, a task per KV head reading
+ * its rows 2-4 KiB apart (on Zen 5 that took twice the time of 1025 keys split in two), and
+ * caches of a few thousand keys with as few tasks as chunks. */
+static int64_t split_chunk(int64_t sk) {
+    const int64_t c = ((sk + FA_CHUNKS - 1) / FA_CHUNKS + FA_BC - 1) / FA_BC * FA_BC;
+    return c < FA_BC ? FA_BC : c > FA_CHUNK ? FA_CHUNK : c;
+}
+
 static void fwd_task(void *arg, int64_t task, int worker) {
     const fwd_plan *pl = arg;
     const fa__problem *p = pl->p;
@@ -505,8 +513,8 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     int64_t j_lo = fa__key_lo(p, t.i0, off), j_hi = fa__key_hi(p, t.i0 + t.nr - 1, off, sk);
     if (nc) { /* this task's run of chunks: each leaves every head's (m, l, O) in its partial */
         const int64_t c0 = local * pl->run, c1 = c0 + pl->run < nc ? c0 + pl->run : nc;
+        const int64_t ck = split_chunk(sk); /* keys per chunk, as fa__cpu_forward cut them */
         for (int64_t c = c0; c < c1; c++) {
-            const int64_t ck = pl->chunk[b];
             const int64_t lo = j_lo > c * ck ? j_lo : c * ck;
             const int64_t hi = j_hi < (c + 1) * ck ? j_hi : (c + 1) * ck;
             int64_t next = hi; /* the next chunk's keys start at hi when it has any */
@@ -526,15 +534,6 @@ static void fwd_task(void *arg, int64_t task, int worker) {
     run_rows(pl, &t, j_lo, j_hi, j_hi, 1);
     for (int64_t r = 0; r < t.R; r++)
         write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
-}
-
-/* Keys per split chunk of a cache of sk keys: FA_CHUNKS chunks of at least FA_BC keys, at most
- * FA_CHUNK. Chunks of 1024 keys left caches of 1024 or fewer unsplit, a task per KV head reading
- * its rows 2-4 KiB apart (on Zen 5 that took twice the time of 1025 keys split in two), and
- * caches of a few thousand keys with as few tasks as chunks. */
-static int64_t split_chunk(int64_t sk) {
-    const int64_t c = ((sk + FA_CHUNKS - 1) / FA_CHUNKS + FA_BC - 1) / FA_BC * FA_BC;
-    return c < FA_BC ? FA_BC : c > FA_CHUNK ? FA_CHUNK : c;
 }
 
 /* Merges the chunk partials of one (batch, KV head) in chunk order. Task = b * Hk + hk. */
@@ -615,20 +614,19 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
 
     const int nthreads = fa__context_threads(ctx);
     pl.scratch_floats = scratch_floats(&pl);
-    pl.task_start = malloc((size_t)(4 * p->B + 2) * sizeof(int64_t));
+    pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
     if (!pl.task_start || !pl.scratch) goto no_memory;
     head_packs(&pl, nthreads);
     pl.split = pl.task_start + p->B + 1;
     pl.part_start = pl.split + p->B;
-    pl.chunk = pl.part_start + p->B + 1;
 
     int64_t chunks = 0;
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
-        pl.chunk[b] = split_chunk(sk);
-        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > pl.chunk[b];
-        pl.split[b] = split ? (sk + pl.chunk[b] - 1) / pl.chunk[b] : 0;
+        const int64_t ck = split_chunk(sk);
+        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > ck;
+        pl.split[b] = split ? (sk + ck - 1) / ck : 0;
         chunks += pl.split[b];
     }
     /* Runs of up to FA_RUN_MAX chunks, as long as every thread still gets FA_RUNS of them. */
