@@ -193,37 +193,31 @@ static int head_rows(const decode_group *gr, int64_t hk, int c, const void **row
 }
 
 /* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
- * group after cur: with `near`, the rows of the call after it (head hk + 1 of cur, else next's
- * first head), at most as many as the call's keys; else its share of next's rows in memory
- * order: of a `range` group with as many heads as cur's, its c rows as one range of bytes (no
- * row list to build, no divisions: building the list took about a tenth of decode's time from
- * L3). */
+ * group after cur: its share of next's rows in memory order; of a `range` group with as many
+ * heads as cur's, its c rows as one range of bytes (no row list to build, no divisions: building
+ * the list took about a tenth of decode's time from L3). */
 static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next, int64_t hk,
-                               int near, const void **ask) {
-    if (!near && next->range && next->hb - next->ha == cur->hb - cur->ha) {
+                               const void **ask) {
+    if (next->range && next->hb - next->ha == cur->hb - cur->ha) {
         ask[0] = (const char *)next->rows0[next->j0] + (next->ha - next->h0) * next->step +
                  (hk - cur->ha) * next->c * next->bytes;
         return (fa__prefetch){ask, next->c > 0, next->c * next->bytes};
     }
-    if (!near)
-        return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask),
-                              next->bytes};
-    const decode_group *g = hk + 1 < cur->hb ? cur : next;
-    const int c = g->c < cur->c ? g->c : cur->c;
-    return (fa__prefetch){ask, head_rows(g, hk + 1 < cur->hb ? hk + 1 : next->ha, c, ask),
-                          g->bytes};
+    return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask),
+                          next->bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
  * heads side by side) is read a group at a time; inside a group, head by head. Each call asks
- * for rows it does not read yet (decode_ask): where the kernel set's decode_pf_next_call has
- * the cache's dtype, the next call's; elsewhere its share of the next group's rows in memory
- * order, since on Zen 5 reading in decode's order alone ran at 0.6-0.75 of reading front to
- * back (bench/results/2026-12-02-decode-zen5-order.md). The group after the last qk group is
- * the first pv group; after the last pv group comes the next head group's first qk group, or
- * that of the next block, keys [jn, jn + nn) (nn = 0: none).
+ * for its share of the next group's rows in memory order (decode_ask), since on Zen 5 reading
+ * in decode's order alone ran at 0.6-0.75 of reading front to back
+ * (bench/results/2026-12-02-decode-zen5-order.md), and on Zen 3 decode of 8k-128k tokens took
+ * 0.77-0.89 of the time it took asking for the next call's rows (fp16, bf16) or for none (fp32)
+ * (bench/results/2026-12-02-decode-zen3-asks.md). The group after the last qk group is the
+ * first pv group; after the last pv group comes the next head group's first qk group, or that
+ * of the next block, keys [jn, jn + nn) (nn = 0: none).
  * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
  * pv_rows_bf16 on P rounded to bf16). */
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
@@ -238,7 +232,6 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
     const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : kern->decode_keys_half[0];
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : kern->decode_keys_half[1];
-    const int near = kern->decode_pf_next_call >> p->k.dtype & 1;
     /* range (decode_group): every head in a group, heads and keys back to back */
     const int all = kern->decode_pf_range && hg >= p->Hk && t->nh == p->Hk;
     const int kd = all && !p->k.block_table && kstep == kb && p->k.ss * kes == p->Hk * kb;
@@ -259,7 +252,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, k);
-                const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
                 if (qbf16)
                     kern->qk_rows_bf16((int)R, cur.c, (int)(D / 2), (const uint32_t *)t->Q +
@@ -288,7 +281,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, v);
-                const fa__prefetch pf = decode_ask(&cur, &next, hk, near, ask);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
                 const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;

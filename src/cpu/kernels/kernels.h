@@ -56,14 +56,11 @@ typedef struct fa__cpu_kernels {
      * (any dtype: f32, f16, bf16, converted in registers), so paged caches need no copy.
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
      *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
-     * pf: rows the caller reads next (NULL or pf->n == 0: none); each product spreads their
-     * prefetches over its loads, a few lines at a time, so they do not queue up in a burst. A
-     * set may ignore pf where the hardware's prefetchers do better (avx2's fp32, see there).
-     * decode_pf_next_call: bit 1 << dtype (fa_dtype) set makes decode of caches of that dtype
-     * ask each call for the rows of the call after it, a few KiB ahead (avx2: all, Zen 3's
-     * prefetcht1 fills L1 and farther requests flushed it); clear, for the call's share of the
-     * next group of keys' rows (every head's) in memory order, about 32 KiB ahead (avx512: on
-     * Zen 5 the cache then reads near its front-to-back rate; neon: not measured).
+     * pf: rows the caller reads next (NULL or pf->n == 0: none), the call's share of the next
+     * group of keys' rows (every head's) in memory order, about 32 KiB ahead; each product
+     * spreads their prefetches over its loads, a few lines at a time, so they do not queue up
+     * in a burst (on Zen 5 the cache then reads near its front-to-back rate; neon: not
+     * measured).
      * decode_pf_range: 1 where the products pace pf by lines, not rows (avx512), so a share
      * whose rows lie back to back comes as one row of all their bytes; 0: rows of the cache's
      * row size, as many as the share has. */
@@ -72,12 +69,12 @@ typedef struct fa__cpu_kernels {
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                     int32_t dtype, const float *alpha, float *o, int64_t ldo,
                     const fa__prefetch *pf);
-    int decode_pf_next_call;
     int decode_pf_range;
     /* Keys per decode call of qk_rows, then of pv_rows, on fp16/bf16 rows (1..64; fp32 rows go 8
      * at a time): longer calls save per-call work (row pointers, prefetch loops, pv's accumulator
-     * loads and stores) where decode is bound by the cores (Zen 3: 64 and 32); shorter ones read
-     * the cache in smaller groups, head by head, where it is bound by the reads (Zen 5: 16). */
+     * loads and stores) where decode is bound by the cores; shorter ones read the cache in
+     * smaller groups, head by head, and ask less far ahead, where it is bound by the reads
+     * (Zen 3: 32, Zen 5: 16). */
     int decode_keys_half[2];
 
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */

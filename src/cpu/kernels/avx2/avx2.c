@@ -337,14 +337,12 @@ static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const 
     FA_BY_DTYPE(dtype, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, s, lds, pf));
 }
 
-/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. fp32 rows
- * ignore pf: on Zen 3 (AVX2 only, 512 KiB of L2 per core) fp32 decode took 0.73-0.81 of the
- * time on the hardware's prefetchers alone (bench_ab_builds --pass decode, caches of 2k to 128k
- * tokens, 1 to 8 query heads per KV head), while fp16 and bf16 decode of 128k-token caches took
- * 1.06-1.11 of it without pf. */
+/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. Every dtype
+ * asks for pf: on Zen 3, since decode asks for the next group's rows in memory order, fp32
+ * decode of 2k-128k-token caches took 0.82-0.89 of its time on the hardware's prefetchers
+ * alone (bench/results/2026-12-02-decode-zen3-asks.md; 1.08-1.16 at 1k tokens, all in L3). */
 static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) pf = NULL;
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
         FA_BY_DTYPE(dtype, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, s, lds, pf));
@@ -500,12 +498,11 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
     FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
-/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. fp32 rows
- * ignore pf, as in qk_rows_avx2. */
+/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. Every dtype
+ * asks for pf, as in qk_rows_avx2. */
 static void pv_rows_avx2(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                          int32_t dtype, const float *alpha, float *o, int64_t ldo,
                          const fa__prefetch *pf) {
-    if (dtype == FA_DTYPE_F32) pf = NULL;
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
         FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
@@ -645,8 +642,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx2 = {
     .pv_packed_b = 1, /* one line per row and k step: 77% of its rate on rows 8 KiB apart */
     .qk_rows = qk_rows_avx2,
     .pv_rows = pv_rows_avx2,
-    .decode_pf_next_call = 1 << FA_DTYPE_F32 | 1 << FA_DTYPE_F16 | 1 << FA_DTYPE_BF16, /* Zen 3 */
-    .decode_keys_half = {64, 32},
+    .decode_keys_half = {32, 32}, /* Zen 3: GQA fp16 in 0.88-0.95 of 64/32's time */
     .to_f32 = to_f32_avx2,
     .from_f32 = from_f32_avx2,
     .transpose = transpose_avx2,
