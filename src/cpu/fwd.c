@@ -203,8 +203,7 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
                  (hk - cur->ha) * next->c * next->bytes;
         return (fa__prefetch){ask, next->c > 0, next->c * next->bytes};
     }
-    return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask),
-                          next->bytes};
+    return (fa__prefetch){ask, group_part(next, hk - cur->ha, cur->hb - cur->ha, ask), next->bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
@@ -214,7 +213,7 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
  * for its share of the next group's rows in memory order (decode_ask), since on Zen 5 reading
  * in decode's order alone ran at 0.6-0.75 of reading front to back
  * (bench/results/2026-12-02-decode-zen5-order.md), and on Zen 3 decode of 8k-128k tokens took
- * 0.77-0.89 of the time it took asking for the next call's rows (fp16, bf16) or for none (fp32)
+ * 0.76-0.88 of the time it took asking for the next call's rows (fp16, bf16) or for none (fp32)
  * (bench/results/2026-12-02-decode-zen3-asks.md). The group after the last qk group is the
  * first pv group; after the last pv group comes the next head group's first qk group, or that
  * of the next block, keys [jn, jn + nn) (nn = 0: none).

@@ -339,7 +339,7 @@ static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const 
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. Every dtype
  * asks for pf: on Zen 3, since decode asks for the next group's rows in memory order, fp32
- * decode of 2k-128k-token caches took 0.82-0.89 of its time on the hardware's prefetchers
+ * decode of 2k-128k-token caches took 0.82-0.88 of its time on the hardware's prefetchers
  * alone (bench/results/2026-12-02-decode-zen3-asks.md; 1.08-1.16 at 1k tokens, all in L3). */
 static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
