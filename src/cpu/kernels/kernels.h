@@ -57,10 +57,10 @@ typedef struct fa__cpu_kernels {
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
      *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
      * pf: rows the caller reads next (NULL or pf->n == 0: none), the call's share of the next
-     * group of keys' rows (every head's) in memory order, about 32 KiB ahead; each product
-     * spreads their prefetches over its loads, a few lines at a time, so they do not queue up
-     * in a burst (on Zen 5 the cache then reads near its front-to-back rate; neon: not
-     * measured).
+     * group of keys' rows (every head's) in memory order, a group ahead (32 KiB for fp32, 32-64
+     * KiB for fp16/bf16 in decode's shape); each product spreads their prefetches over its
+     * loads, a few lines at a time, so they do not queue up in a burst (on Zen 5 the cache then
+     * reads near its front-to-back rate; neon: not measured).
      * decode_pf_range: 1 where the products pace pf by lines, not rows (avx512), so a share
      * whose rows lie back to back comes as one row of all their bytes; 0: rows of the cache's
      * row size, as many as the share has. */
