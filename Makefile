@@ -50,7 +50,7 @@ tsan:
 	    -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
 	    -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DFA_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target test_threads test_kvcache
-	ctest --test-dir $(TSAN_BUILD) --output-on-failure -R '^test_(threads|kvcache)$$'
+	ctest --test-dir $(TSAN_BUILD) --output-on-failure --parallel $(JOBS) -R '^test_(threads|kvcache)$$'
 
 format:
 	clang-format -i $(C_SOURCES)

@@ -495,6 +495,7 @@ static void group_large(void) {
         {2100, 260, 2, 1, 24, 0, 64, 16, 1, 0.0f},
     };
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        if (big[i].Sq >= 2048 && tu_emulated()) continue; /* bwd.c's row tiles: portable C */
         bcfg c = bc_cfg(1, big[i].Sq, big[i].Sk, big[i].H, big[i].Hk, big[i].D);
         c.causal = big[i].causal;
         c.wl = big[i].wl;
@@ -503,7 +504,9 @@ static void group_large(void) {
         c.softcap = big[i].softcap;
         failed += run_all_dtypes(c, &n);
     }
-    group_line("large (multi-block)", n, failed);
+    group_line(tu_emulated() ? "large (multi-block; Sq >= 2048 left out, emulated)"
+                             : "large (multi-block)",
+               n, failed);
 }
 
 static void group_empty(void) {
@@ -565,6 +568,11 @@ static void group_schedules(void) {
     c.lk = TU_INNER2;
     c.wr = 0;
     bc_determinism_case("fp32 K inner stride 2, window right 0", c);
+    if (tu_emulated()) {
+        printf("  determinism bf16 causal Sq = 2100 > Sk: left out under emulation (bwd.c's "
+               "row tiles are portable C, tested natively)\n");
+        return;
+    }
     c = bc_cfg(1, 2100, 300, 2, 1, 32); /* tiles of 252 rows */
     c.dtype = FA_DTYPE_BF16;
     c.causal = 1;

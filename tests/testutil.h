@@ -61,6 +61,14 @@ static inline uint64_t tu_seed_init(const char *program) {
     return seed;
 }
 
+/* Set (FA_TEST_EMULATED, by tests/CMakeLists.txt in cross builds) when the tests run under an
+ * emulator such as qemu-user, which is 20-40x slower: a suite may then leave out cases whose code
+ * has nothing specific to an ISA and which every native run covers, saying which. */
+static inline int tu_emulated(void) {
+    const char *env = getenv("FA_TEST_EMULATED");
+    return env && *env && strcmp(env, "0") != 0;
+}
+
 /* Uniform in [0, 1). */
 static inline double tu_uniform(void) { return (double)(tu_next_u64() >> 11) * 0x1.0p-53; }
 
