@@ -353,23 +353,34 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
 
 /* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1, 2 or 3; the last chunk may be partial): 4·W
  * named accumulators summed over the keys, then alpha O + sum. Rows past m repeat row i0's
- * probabilities and are not stored. */
+ * probabilities and are not stored. EO (bf16, W >= 2, 16 columns left): the first 16 columns
+ * from one 32-byte load, its even columns by a shift and its odd ones by a mask, put back in
+ * order before the store (two widenings and two shifts become a shift and an AND; the sums
+ * are the same, term for term). */
 static inline __attribute__((always_inline)) void
-pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p, int64_t ldp,
-             const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
-             const fa__prefetch *pf, int r0, int r1) {
+pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, const float *p,
+             int64_t ldp, const void *const *v, const int32_t DT, const float *alpha, float *o,
+             int64_t ldo, const fa__prefetch *pf, int r0, int r1) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
     const __m256 z = _mm256_setzero_ps();
+    const __m256 himask = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+7 */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* c+8 .. c+15 */
     __m256 e0 = z, e1 = z, e2 = z, e3 = z; /* c+16 .. c+23 */
     int r = r0, due = 0;
     for (int j = 0; j < n; j++) {
         prefetch_spread(pf, n, r0, r1, &due, &r);
-        const __m256 va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
-        const __m256 vb = W >= 2 ? load8(v[j], DT, c + 8, d - c - 8) : z;
+        __m256 va, vb;
+        if (EO) { /* bf16 V[j, c:c+16] as its even (va) and odd (vb) columns */
+            const __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c));
+            va = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+            vb = _mm256_and_ps(_mm256_castsi256_ps(x), himask);
+        } else {
+            va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
+            vb = W >= 2 ? load8(v[j], DT, c + 8, d - c - 8) : z;
+        }
         const __m256 ve = W >= 3 ? load8(v[j], DT, c + 16, d - c - 16) : z;
 #define FA_PV_ROW(ii, pi)                                                                          \
     do {                                                                                           \
@@ -384,7 +395,14 @@ pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p, in
         FA_PV_ROW(3, p3);
 #undef FA_PV_ROW
     }
-    const __m256 acc[3][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}};
+    __m256 acc[3][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}};
+    if (EO) /* the even and odd columns back in order */
+        for (int ii = 0; ii < 4; ii++) {
+            const __m256 lo = _mm256_unpacklo_ps(acc[0][ii], acc[1][ii]);
+            const __m256 hi = _mm256_unpackhi_ps(acc[0][ii], acc[1][ii]);
+            acc[0][ii] = _mm256_permute2f128_ps(lo, hi, 0x20);
+            acc[1][ii] = _mm256_permute2f128_ps(lo, hi, 0x31);
+        }
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < rows; ii++) {
@@ -412,8 +430,10 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
     int t = 0; /* tile t asks for pf's rows [t·np/tiles, (t+1)·np/tiles) */
 #define FA_PV_TILE(W)                                                                              \
     do {                                                                                           \
-        pv_rows_tile(m, i0, n, d, c, W, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles,          \
-                     (t + 1) * np / tiles);                                                        \
+        const int r0 = t * np / tiles, r1 = (t + 1) * np / tiles;                                  \
+        if (W >= 2 && DT == FA_DTYPE_BF16 && d - c >= 16)                                         \
+            pv_rows_tile(m, i0, n, d, c, W, 1, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);          \
+        else pv_rows_tile(m, i0, n, d, c, W, 0, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);         \
         t++;                                                                                       \
     } while (0)
     for (int i0 = 0; i0 < m; i0 += 4) {
@@ -427,13 +447,15 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
  * pay for four), columns [c, c + 8·W) (W = 1, 2 or 4; the last chunk may be partial): TR·W named
- * accumulators summed over the keys, then alpha O + sum. */
+ * accumulators summed over the keys, then alpha O + sum. EO (bf16, W = 4, 32 columns left): as
+ * pv_rows_tile's, two pairs of even and odd columns. */
 static inline __attribute__((always_inline)) void
-pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
-              const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
-              const fa__prefetch *pf, int r0, int r1) {
+pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const float *p,
+              int64_t ldp, const void *const *v, const int32_t DT, const float *alpha, float *o,
+              int64_t ldo, const fa__prefetch *pf, int r0, int r1) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m256 z = _mm256_setzero_ps();
+    const __m256 himask = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* row 0, chunk w */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* row 1 */
     int r = r0, due = 0;
@@ -446,15 +468,43 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t 
         a##w = _mm256_fmadd_ps(s0, vw, a##w);                                                      \
         if (TR > 1) b##w = _mm256_fmadd_ps(s1, vw, b##w);                                          \
     } while (0)
-        FA_PV_SMALL(0);
-        if (W > 1) FA_PV_SMALL(1);
-        if (W > 2) {
-            FA_PV_SMALL(2);
-            FA_PV_SMALL(3);
+        if (EO) { /* bf16 V[j, c:c+32] as two pairs of even and odd columns */
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c));
+            const __m256i x1 =
+                _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c + 16));
+            const __m256 ve0 = _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16));
+            const __m256 vo0 = _mm256_and_ps(_mm256_castsi256_ps(x0), himask);
+            const __m256 ve1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
+            const __m256 vo1 = _mm256_and_ps(_mm256_castsi256_ps(x1), himask);
+            a0 = _mm256_fmadd_ps(s0, ve0, a0);
+            a1 = _mm256_fmadd_ps(s0, vo0, a1);
+            a2 = _mm256_fmadd_ps(s0, ve1, a2);
+            a3 = _mm256_fmadd_ps(s0, vo1, a3);
+            if (TR > 1) {
+                b0 = _mm256_fmadd_ps(s1, ve0, b0);
+                b1 = _mm256_fmadd_ps(s1, vo0, b1);
+                b2 = _mm256_fmadd_ps(s1, ve1, b2);
+                b3 = _mm256_fmadd_ps(s1, vo1, b3);
+            }
+        } else {
+            FA_PV_SMALL(0);
+            if (W > 1) FA_PV_SMALL(1);
+            if (W > 2) {
+                FA_PV_SMALL(2);
+                FA_PV_SMALL(3);
+            }
         }
 #undef FA_PV_SMALL
     }
-    const __m256 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    __m256 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
+    if (EO) /* the even and odd columns back in order */
+        for (int ii = 0; ii < TR; ii++)
+            for (int w = 0; w < 4; w += 2) {
+                const __m256 lo = _mm256_unpacklo_ps(acc[ii][w], acc[ii][w + 1]);
+                const __m256 hi = _mm256_unpackhi_ps(acc[ii][w], acc[ii][w + 1]);
+                acc[ii][w] = _mm256_permute2f128_ps(lo, hi, 0x20);
+                acc[ii][w + 1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+            }
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < TR; ii++) {
@@ -473,13 +523,16 @@ pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp, const void *cons
              const int32_t DT, const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf) {
     const int tiles = (d + 31) / 32, np = pf ? pf->n : 0; /* tile t: pf's rows as pv_rows_dt's */
     int c = 0, t = 0;
-    for (; d - c > 16; c += 32, t++)
-        pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles,
-                      (t + 1) * np / tiles);
+    for (; d - c > 16; c += 32, t++) {
+        const int r0 = t * np / tiles, r1 = (t + 1) * np / tiles;
+        if (DT == FA_DTYPE_BF16 && d - c >= 32) /* whole 16-column pairs */
+            pv_rows_small(TR, n, d, c, 4, 1, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);
+        else pv_rows_small(TR, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);
+    }
     if (d - c > 8)
-        pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
+        pv_rows_small(TR, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
     else if (d - c > 0)
-        pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
+        pv_rows_small(TR, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, pf, t * np / tiles, np);
 }
 
 /* pv_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each call. */
