@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * read_order.c — `build/bench_read_order`: how fast a BSHD KV cache reads in the orders a decode
+ * read_order.c — `build/bench_read_order` (and `_avx2`): how fast a BSHD KV cache reads in the orders a decode
  * step can read it, with and without decode's arithmetic and prefetch requests. It is the
  * experiment behind decode's prefetch plan (src/cpu/fwd.c: decode_block, decode_ask).
  *
@@ -27,7 +27,9 @@
  *
  * usage: bench_read_order [-q] THREADS MIB ROUNDS ORDER...
  * The orders alternate within each round; reported: the median over rounds of GB/s (min-max).
- * Built on x86-64 with AVX-512F kernels; it says so and exits 2 on a CPU without AVX-512F.
+ * Built on x86-64 twice from this file: bench_read_order with AVX-512F (a zmm FMA per 64 bytes
+ * and query row) and bench_read_order_avx2 with AVX2 + FMA (two ymm FMAs: the same arithmetic
+ * per byte as the AVX2 kernels' fp32 decode). Each says so and exits 2 on a CPU without its ISA.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -37,6 +39,33 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* 16 floats: one zmm, or two ymm halves */
+#ifdef __AVX512F__
+typedef __m512 v16;
+#define ISA "avx512f"
+static inline v16 v16_zero(void) { return _mm512_setzero_ps(); }
+static inline v16 v16_load(const float *p) { return _mm512_load_ps(p); }
+static inline v16 v16_add(v16 a, v16 b) { return _mm512_add_ps(a, b); }
+static inline v16 v16_fma(v16 a, v16 b, v16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline float v16_first(v16 a) { return _mm512_cvtss_f32(a); }
+#else
+typedef struct {
+    __m256 lo, hi;
+} v16;
+#define ISA "avx2"
+static inline v16 v16_zero(void) { return (v16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline v16 v16_load(const float *p) {
+    return (v16){_mm256_load_ps(p), _mm256_load_ps(p + 8)};
+}
+static inline v16 v16_add(v16 a, v16 b) {
+    return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+}
+static inline v16 v16_fma(v16 a, v16 b, v16 c) {
+    return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+static inline float v16_first(v16 a) { return _mm256_cvtss_f32(_mm256_add_ps(a.lo, a.hi)); }
+#endif
 
 enum { HK = 8, D = 128, ROW = D * 4, TOKEN = HK * ROW, BLOCK = 128, GROUP = 8 };
 enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, STRIDED, KERNELS, NORDERS };
@@ -66,10 +95,11 @@ static double now(void) {
 }
 
 /* acc[i] += q[i] · the 16 floats at p, for the 4 query rows of head h. */
-static inline void fma4(const run *r, int h, const float *p, int c, __m512 acc[4]) {
+static inline __attribute__((always_inline)) void fma4(const run *r, int h, const float *p, int c,
+                                                       v16 acc[4]) {
     const float(*q)[D] = qrows[r->own_q ? h : 0];
-    const __m512 k = _mm512_load_ps(p + c);
-    for (int i = 0; i < 4; i++) acc[i] = _mm512_fmadd_ps(k, _mm512_load_ps(q[i] + c), acc[i]);
+    const v16 k = v16_load(p + c);
+    for (int i = 0; i < 4; i++) acc[i] = v16_fma(k, v16_load(q[i] + c), acc[i]);
 }
 
 static inline void ask(const char *line) { _mm_prefetch(line, _MM_HINT_T0); }
@@ -77,7 +107,7 @@ static inline void ask(const char *line) { _mm_prefetch(line, _MM_HINT_T0); }
 /* Head h's rows of a group as decode's products read them (strided, kernels): K (v = 0) as
  * tiles of 4 keys, V in column passes; head h's share of the next group is its h-th token. */
 static void products(const run *r, const char *base, size_t g, int n, int h, int v,
-                     const char *next, int *asked, __m512 acc[4]) {
+                     const char *next, int *asked, v16 acc[4]) {
     const char *share = next ? next + h * TOKEN : NULL;
     if (!v)
         for (int j = 0; j < n; j += 4) {
@@ -105,7 +135,7 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
 /* One group (tokens [g, ge) of the buffer at base; v: of V) head by head; `next` is the next
  * group's first byte, for the orders that ask for rows (NULL: none). */
 static void group(const run *r, const char *base, size_t g, size_t ge, int v, const char *next,
-                  __m512 acc[4]) {
+                  v16 acc[4]) {
     const int n = (int)(ge - g);
     int asked = 0; /* next-group, tiles, kernels: lines asked for so far, a line per line loaded */
     for (int h = 0; h < HK; h++) {
@@ -148,14 +178,12 @@ static void *work(void *arg) {
     const size_t lo = r->ntok * (size_t)w->index / (size_t)r->threads;
     const size_t hi = r->ntok * (size_t)(w->index + 1) / (size_t)r->threads;
     const char *kbase = r->buf, *vbase = r->buf + r->ntok * TOKEN;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
+    v16 acc[4] = {v16_zero(), v16_zero(), v16_zero(), v16_zero()};
     pthread_barrier_wait(r->start);
     if (r->order == SUM) {
         for (int half = 0; half < 2; half++)
             for (size_t o = lo * TOKEN; o < hi * TOKEN; o += 64)
-                acc[0] = _mm512_add_ps(acc[0], _mm512_load_ps((const float *)((half ? vbase
-                                                                               : kbase) + o)));
+                acc[0] = v16_add(acc[0], v16_load((const float *)((half ? vbase : kbase) + o)));
     } else if (r->order == SEQ) {
         for (int half = 0; half < 2; half++)
             for (size_t j = lo; j < hi; j++)
@@ -179,10 +207,7 @@ static void *work(void *arg) {
         }
     }
     pthread_barrier_wait(r->stop);
-    float out[16];
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
-                                        _mm512_add_ps(acc[2], acc[3])));
-    w->sink = out[0];
+    w->sink = v16_first(v16_add(v16_add(acc[0], acc[1]), v16_add(acc[2], acc[3])));
     return NULL;
 }
 
@@ -223,8 +248,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f")) {
-        fprintf(stderr, "bench_read_order: this CPU has no AVX-512F\n");
+    if (!__builtin_cpu_supports(ISA) || !__builtin_cpu_supports("fma")) {
+        fprintf(stderr, "%s: built for %s + FMA, which this CPU does not have\n", argv[0], ISA);
         return 2;
     }
     const int threads = atoi(argv[a]), rounds = atoi(argv[a + 2]);
@@ -253,8 +278,8 @@ int main(int argc, char **argv) {
     static double gbs[16][101];
     for (int k = 0; k < rounds; k++)
         for (int i = 0; i < no; i++) gbs[i][k] = pass(&r, orders[(i + k) % no]);
-    printf("%d thread(s), %zu MiB, %s query rows, median of %d rounds (min-max):\n", threads,
-           bytes >> 20, own_q ? "per-head" : "shared", rounds);
+    printf("%s: %d thread(s), %zu MiB, %s query rows, median of %d rounds (min-max):\n", ISA,
+           threads, bytes >> 20, own_q ? "per-head" : "shared", rounds);
     for (int i = 0; i < no; i++) { /* slot i ran order (i + k) % no in round k: regroup */
         double v[101];
         for (int k = 0; k < rounds; k++) v[k] = gbs[((i - k) % no + no) % no][k];
