@@ -431,9 +431,10 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
 #define FA_PV_TILE(W)                                                                              \
     do {                                                                                           \
         const int r0 = t * np / tiles, r1 = (t + 1) * np / tiles;                                  \
-        if (W >= 2 && DT == FA_DTYPE_BF16 && d - c >= 16)                                         \
+        if (W >= 2 && DT == FA_DTYPE_BF16 && d - c >= 16)                                          \
             pv_rows_tile(m, i0, n, d, c, W, 1, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);          \
-        else pv_rows_tile(m, i0, n, d, c, W, 0, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);         \
+        else                                                                                       \
+            pv_rows_tile(m, i0, n, d, c, W, 0, p, ldp, v, DT, alpha, o, ldo, pf, r0, r1);          \
         t++;                                                                                       \
     } while (0)
     for (int i0 = 0; i0 < m; i0 += 4) {
@@ -450,9 +451,9 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
  * accumulators summed over the keys, then alpha O + sum. EO (bf16, W = 4, 32 columns left): as
  * pv_rows_tile's, two pairs of even and odd columns. */
 static inline __attribute__((always_inline)) void
-pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const float *p,
-              int64_t ldp, const void *const *v, const int32_t DT, const float *alpha, float *o,
-              int64_t ldo, const fa__prefetch *pf, int r0, int r1) {
+pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const float *p, int64_t ldp,
+              const void *const *v, const int32_t DT, const float *alpha, float *o, int64_t ldo,
+              const fa__prefetch *pf, int r0, int r1) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m256 z = _mm256_setzero_ps();
     const __m256 himask = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
