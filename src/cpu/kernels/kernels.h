@@ -10,11 +10,18 @@
 #include <math.h>
 #include <stdint.h>
 
-/* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each. */
+/* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each; rows
+ * NULL: the n rows lie back to back from base (fa__prefetch_row). */
 typedef struct fa__prefetch {
     const void *const *rows;
     int n, bytes;
+    const char *base;
 } fa__prefetch;
+
+/* Row r (< pf->n) of pf. */
+static inline const char *fa__prefetch_row(const fa__prefetch *pf, int r) {
+    return pf->rows ? (const char *)pf->rows[r] : pf->base + (int64_t)r * pf->bytes;
+}
 
 typedef struct fa__cpu_kernels {
     const char *name; /* "ref", "avx2", ... as accepted by FA_CPU_ISA */
@@ -60,16 +67,13 @@ typedef struct fa__cpu_kernels {
      * group of keys' rows (every head's) in memory order, a group ahead (32 KiB for fp32, 32-64
      * KiB for fp16/bf16 in decode's shape); each product spreads their prefetches over its
      * loads, a few lines at a time, so they do not queue up in a burst (on Zen 5 the cache then
-     * reads near its front-to-back rate; neon: not measured).
-     * decode_pf_range: 1 where the products pace pf by lines, not rows (avx512), so a share
-     * whose rows lie back to back comes as one row of all their bytes; 0: rows of the cache's
-     * row size, as many as the share has. */
+     * reads near its front-to-back rate; neon: not measured). A contiguous cache's share comes
+     * as a base (pf->rows NULL). */
     void (*qk_rows)(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                     int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
     void (*pv_rows)(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                     int32_t dtype, const float *alpha, float *o, int64_t ldo,
                     const fa__prefetch *pf);
-    int decode_pf_range;
     /* Keys per decode call of qk_rows, then of pv_rows, on fp16/bf16 rows (1..64; fp32 rows go 8
      * at a time): longer calls save per-call work (row pointers, prefetch loops, pv's accumulator
      * loads and stores) where decode is bound by the cores; shorter ones read the cache in

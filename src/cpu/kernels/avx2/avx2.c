@@ -204,9 +204,11 @@ static void from_f32_avx2(int n, const float *src, float scale, int32_t dtype, v
 
 /* Prefetches row r of pf (all its lines), if there is one, into L2. */
 static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
-    if (pf && r < pf->n)
-        for (int at = 0; at < pf->bytes; at += 64)
-            _mm_prefetch((const char *)pf->rows[r] + at, _MM_HINT_T1);
+    if (!pf || r >= pf->n)
+        return;
+    const char *row = fa__prefetch_row(pf, r);
+    for (int at = 0; at < pf->bytes; at += 64)
+        _mm_prefetch(row + at, _MM_HINT_T1);
 }
 
 /* A tile's share of pf, rows [r0, r1), spread evenly over its n keys: called once per key, *due

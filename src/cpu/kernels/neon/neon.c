@@ -290,9 +290,11 @@ static inline __attribute__((always_inline)) void load8(const void *row, int32_t
 
 /* Prefetches row r of pf (all its lines), if there is one, into L2. */
 static inline __attribute__((always_inline)) void prefetch_row(const fa__prefetch *pf, int r) {
-    if (pf && r < pf->n)
-        for (int at = 0; at < pf->bytes; at += 64)
-            __builtin_prefetch((const char *)pf->rows[r] + at, 0, 2);
+    if (!pf || r >= pf->n)
+        return;
+    const char *row = fa__prefetch_row(pf, r);
+    for (int at = 0; at < pf->bytes; at += 64)
+        __builtin_prefetch(row + at, 0, 2);
 }
 
 /* One tile of TR rows x 4 keys (TR = 4, or 2 and 1 for the last rows, so a decode with one or two
