@@ -195,8 +195,8 @@ static int head_rows(const decode_group *gr, int64_t hk, int c, const void **row
 /* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
  * group after cur: its share of next's rows in memory order (group_part's rows); of a `range`
  * group, as a base and a count, with no row list to build (the list took about a tenth of
- * decode's time from L3 on Zen 5; on Zen 3, 0.96-0.98 of AVX2 decode's time without it) and,
- * when next has as many heads as cur, no divisions. */
+ * decode's time from L3 on Zen 5; on Zen 3 AVX2 decode took 0.96-0.99 of its time without it)
+ * and, when next has as many heads as cur, no divisions. */
 static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next, int64_t hk,
                                const void **ask) {
     const int64_t part = hk - cur->ha, parts = cur->hb - cur->ha;
