@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * read_order.c — `build/bench_read_order` (and `_avx2`): how fast a BSHD KV cache reads in the orders a decode
- * step can read it, with and without decode's arithmetic and prefetch requests. It is the
- * experiment behind decode's prefetch plan (src/cpu/fwd.c: decode_block, decode_ask).
+ * read_order.c — `build/bench_read_order` (and `_avx2`): how fast a BSHD KV cache reads in the
+ * orders a decode step can read it, with and without decode's arithmetic and prefetch requests.
+ * It is the experiment behind decode's prefetch plan (src/cpu/fwd.c: decode_block, decode_ask).
  *
  * The buffer is a cache of 8 KV heads of 128 fp32 (a token: 4 KiB), its first half K and its
  * second V; each thread takes its own contiguous share of tokens. Orders (the argument names):

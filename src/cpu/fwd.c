@@ -169,12 +169,25 @@ typedef struct decode_group {
 } decode_group;
 
 /* Part `part` of `parts` of group gr's rows in memory order (key by key, each key's heads in
- * turn: a BSHD cache front to back), at most FA_DECODE_KEYS of them, into rows; returns how
- * many. */
+ * turn: a BSHD cache front to back): its first row's index into *lo; returns how many rows, at
+ * most FA_DECODE_KEYS. As many parts as heads (decode's case): c rows each, no divisions. */
+static int group_share(const decode_group *gr, int64_t part, int64_t parts, int64_t *lo) {
+    const int64_t nh = gr->hb - gr->ha;
+    int64_t n = gr->c;
+    *lo = part * gr->c;
+    if (nh != parts) {
+        const int64_t total = gr->c * nh;
+        *lo = total * part / parts;
+        n = total * (part + 1) / parts - *lo;
+    }
+    return (int)(n < FA_DECODE_KEYS ? n : FA_DECODE_KEYS);
+}
+
+/* group_share's rows, as pointers into rows; returns how many. */
 static int group_part(const decode_group *gr, int64_t part, int64_t parts, const void **rows) {
-    const int64_t nh = gr->hb - gr->ha, total = gr->c * nh;
-    const int64_t lo = total * part / parts, hi = total * (part + 1) / parts;
-    const int na = (int)(hi - lo < FA_DECODE_KEYS ? hi - lo : FA_DECODE_KEYS);
+    const int64_t nh = gr->hb - gr->ha;
+    int64_t lo;
+    const int na = group_share(gr, part, parts, &lo);
     int64_t j = gr->j0 + lo / nh, h = lo % nh; /* row lo's key and head (from ha) */
     const char *row = (const char *)gr->rows0[j] + (gr->ha - gr->h0) * gr->step;
     for (int r = 0; r < na; r++) {
@@ -193,25 +206,18 @@ static int head_rows(const decode_group *gr, int64_t hk, int c, const void **row
 }
 
 /* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
- * group after cur: its share of next's rows in memory order (group_part's rows); of a `range`
- * group, as a base and a count, with no row list to build (the list took about a tenth of
- * decode's time from L3 on Zen 5; on Zen 3 AVX2 decode took 0.96-0.99 of its time without it)
- * and, when next has as many heads as cur, no divisions. */
+ * group after cur: its share of next's rows in memory order (group_share); of a `range` group,
+ * as a base and a count, with no row list to build (the list took about a tenth of decode's time
+ * from L3 on Zen 5; on Zen 3 AVX2 decode took 0.96-0.99 of its time without it). */
 static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next, int64_t hk,
                                const void **ask) {
     const int64_t part = hk - cur->ha, parts = cur->hb - cur->ha;
     if (!next->range)
         return (fa__prefetch){ask, group_part(next, part, parts, ask), next->bytes, NULL};
-    const int64_t nh = next->hb - next->ha;
-    int64_t lo = part * next->c, n = next->c; /* as many heads as cur's: c rows each */
-    if (nh != parts) {
-        const int64_t total = next->c * nh;
-        lo = total * part / parts;
-        n = total * (part + 1) / parts - lo;
-    }
+    int64_t lo;
+    const int n = group_share(next, part, parts, &lo);
     const char *base = (const char *)next->rows0[next->j0] + (next->ha - next->h0) * next->step;
-    return (fa__prefetch){NULL, (int)(n < FA_DECODE_KEYS ? n : FA_DECODE_KEYS), next->bytes,
-                          base + lo * next->bytes};
+    return (fa__prefetch){NULL, n, next->bytes, base + lo * next->bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in

@@ -353,12 +353,27 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
 }
 
+/* bf16 row[c : c+16] from one 32-byte load: its even columns (a shift) into *even, its odd ones
+ * (a mask) into *odd; even_odd_order puts sums over them back in column order. */
+static inline __attribute__((always_inline)) void load16_even_odd(const void *row, int c,
+                                                                  __m256 *even, __m256 *odd) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    *odd = _mm256_and_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(_mm256_set1_epi32(-65536)));
+}
+
+/* Columns c..c+7 into *even and c+8..c+15 into *odd, from sums over load16_even_odd's halves. */
+static inline __attribute__((always_inline)) void even_odd_order(__m256 *even, __m256 *odd) {
+    const __m256 lo = _mm256_unpacklo_ps(*even, *odd), hi = _mm256_unpackhi_ps(*even, *odd);
+    *even = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *odd = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+
 /* Rows i0..i0+3 of O, columns [c, c + 8·W) (W = 1, 2 or 3; the last chunk may be partial): 4·W
  * named accumulators summed over the keys, then alpha O + sum. Rows past m repeat row i0's
  * probabilities and are not stored. EO (bf16, W >= 2, 16 columns left): the first 16 columns
- * from one 32-byte load, its even columns by a shift and its odd ones by a mask, put back in
- * order before the store (two widenings and two shifts become a shift and an AND; the sums
- * are the same, term for term). */
+ * through load16_even_odd, put back in order before the store (two widenings and two shifts
+ * become a shift and an AND; the sums are the same, term for term). */
 static inline __attribute__((always_inline)) void
 pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, const float *p,
              int64_t ldp, const void *const *v, const int32_t DT, const float *alpha, float *o,
@@ -367,7 +382,6 @@ pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, cons
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
     const __m256 z = _mm256_setzero_ps();
-    const __m256 himask = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+7 */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* c+8 .. c+15 */
     __m256 e0 = z, e1 = z, e2 = z, e3 = z; /* c+16 .. c+23 */
@@ -376,9 +390,7 @@ pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, cons
         prefetch_spread(pf, n, r0, r1, &due, &r);
         __m256 va, vb;
         if (EO) { /* bf16 V[j, c:c+16] as its even (va) and odd (vb) columns */
-            const __m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c));
-            va = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-            vb = _mm256_and_ps(_mm256_castsi256_ps(x), himask);
+            load16_even_odd(v[j], c, &va, &vb);
         } else {
             va = load8(v[j], DT, c, d - c); /* V[j, c:c+8] */
             vb = W >= 2 ? load8(v[j], DT, c + 8, d - c - 8) : z;
@@ -399,12 +411,8 @@ pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, cons
     }
     __m256 acc[3][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}};
     if (EO) /* the even and odd columns back in order */
-        for (int ii = 0; ii < 4; ii++) {
-            const __m256 lo = _mm256_unpacklo_ps(acc[0][ii], acc[1][ii]);
-            const __m256 hi = _mm256_unpackhi_ps(acc[0][ii], acc[1][ii]);
-            acc[0][ii] = _mm256_permute2f128_ps(lo, hi, 0x20);
-            acc[1][ii] = _mm256_permute2f128_ps(lo, hi, 0x31);
-        }
+        for (int ii = 0; ii < 4; ii++)
+            even_odd_order(&acc[0][ii], &acc[1][ii]);
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < rows; ii++) {
@@ -458,7 +466,6 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const floa
               const fa__prefetch *pf, int r0, int r1) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m256 z = _mm256_setzero_ps();
-    const __m256 himask = _mm256_castsi256_ps(_mm256_set1_epi32((int)0xFFFF0000u));
     __m256 a0 = z, a1 = z, a2 = z, a3 = z; /* row 0, chunk w */
     __m256 b0 = z, b1 = z, b2 = z, b3 = z; /* row 1 */
     int r = r0, due = 0;
@@ -472,13 +479,9 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const floa
         if (TR > 1) b##w = _mm256_fmadd_ps(s1, vw, b##w);                                          \
     } while (0)
         if (EO) { /* bf16 V[j, c:c+32] as two pairs of even and odd columns */
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c));
-            const __m256i x1 =
-                _mm256_loadu_si256((const __m256i *)((const uint16_t *)v[j] + c + 16));
-            const __m256 ve0 = _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16));
-            const __m256 vo0 = _mm256_and_ps(_mm256_castsi256_ps(x0), himask);
-            const __m256 ve1 = _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16));
-            const __m256 vo1 = _mm256_and_ps(_mm256_castsi256_ps(x1), himask);
+            __m256 ve0, vo0, ve1, vo1;
+            load16_even_odd(v[j], c, &ve0, &vo0);
+            load16_even_odd(v[j], c + 16, &ve1, &vo1);
             a0 = _mm256_fmadd_ps(s0, ve0, a0);
             a1 = _mm256_fmadd_ps(s0, vo0, a1);
             a2 = _mm256_fmadd_ps(s0, ve1, a2);
@@ -502,12 +505,8 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const floa
     __m256 acc[2][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}};
     if (EO) /* the even and odd columns back in order */
         for (int ii = 0; ii < TR; ii++)
-            for (int w = 0; w < 4; w += 2) {
-                const __m256 lo = _mm256_unpacklo_ps(acc[ii][w], acc[ii][w + 1]);
-                const __m256 hi = _mm256_unpackhi_ps(acc[ii][w], acc[ii][w + 1]);
-                acc[ii][w] = _mm256_permute2f128_ps(lo, hi, 0x20);
-                acc[ii][w + 1] = _mm256_permute2f128_ps(lo, hi, 0x31);
-            }
+            for (int w = 0; w < 4; w += 2)
+                even_odd_order(&acc[ii][w], &acc[ii][w + 1]);
     for (int w = 0; w < W; w++) {
         const int left = d - c - 8 * w;
         for (int ii = 0; ii < TR; ii++) {

@@ -54,13 +54,15 @@ static inline int fa__asks_span(fa__asks *a) {
 
 static inline fa__asks fa__asks_begin(const fa__prefetch *pf) {
     fa__asks a = {NULL, NULL, NULL, 0, 0, 0};
-    if (pf && pf->n > 0 && pf->bytes > 0 && !pf->rows) { /* rows back to back: one span */
+    if (!pf || pf->n <= 0 || pf->bytes <= 0)
+        return a;
+    if (!pf->rows) { /* rows back to back: one span */
         a.at = pf->base;
         a.end = pf->base + (int64_t)pf->n * pf->bytes;
-    } else if (pf && pf->n > 0 && pf->bytes > 0) {
-        a.rows = pf->rows, a.n = pf->n, a.bytes = pf->bytes;
-        fa__asks_span(&a);
+        return a;
     }
+    a.rows = pf->rows, a.n = pf->n, a.bytes = pf->bytes;
+    fa__asks_span(&a);
     return a;
 }
 
