@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dispatch.c — chooses the CPU microkernel set once per process: the best one compiled in that
- * this CPU supports, or the one named by the FA_CPU_ISA environment variable.
+ * this CPU supports, or the one named by the FA_CPU_ISA environment variable (avx512bf16: the
+ * avx512 set with its vdpbf16ps products, which it otherwise has only where they are fast).
  */
 #include "cpu.h"
 #include "features.h"
@@ -46,7 +47,10 @@ static const fa__cpu_kernels *chosen;
 #if defined(FA_HAVE_AVX512)
 static fa__cpu_kernels with_bf16; /* a set plus the bf16 entries this CPU can run */
 #endif
-static char choice_note[128];
+/* The avx512 set's vdpbf16ps products: 1 wherever AVX512_BF16 is (FA_CPU_ISA=avx512bf16), 0
+ * where they are also fast (features.h: bf16_dot_fast), -1 never (FA_CPU_ISA named a set). */
+static int bf16_mode;
+static char choice_note[160];
 static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
@@ -56,14 +60,29 @@ static void choose_set(void) {
         strcat(compiled, kernel_sets[i].kernels->name);
         if (i) strcat(compiled, " ");
     }
+#if defined(FA_HAVE_AVX512)
+    strcat(compiled, " avx512bf16");
+#endif
     for (int i = 0; i < N_SETS && !chosen; i++)
         if (kernel_sets[i].usable(f)) chosen = kernel_sets[i].kernels;
     const char *want = getenv("FA_CPU_ISA");
     if (!want || !*want) return;
+#if defined(FA_HAVE_AVX512)
+    if (strcmp(want, "avx512bf16") == 0) {
+        if (f->avx512bf16) {
+            chosen = &fa__cpu_kernels_avx512, bf16_mode = 1;
+            snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
+        } else {
+            snprintf(choice_note, sizeof choice_note,
+                     " (FA_CPU_ISA=%s ignored: this CPU or OS does not support it)", want);
+        }
+        return;
+    }
+#endif
     for (int i = 0; i < N_SETS; i++) {
         if (strcmp(kernel_sets[i].kernels->name, want) != 0) continue;
         if (kernel_sets[i].usable(f)) {
-            chosen = kernel_sets[i].kernels;
+            chosen = kernel_sets[i].kernels, bf16_mode = -1;
             snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
         } else {
             snprintf(choice_note, sizeof choice_note,
@@ -74,25 +93,31 @@ static void choose_set(void) {
     snprintf(choice_note, sizeof choice_note, " (FA_CPU_ISA=%.32s ignored: not compiled in)", want);
 }
 
-/* The avx512 set gains the vdpbf16ps products on CPUs with AVX512_BF16. */
+/* The avx512 set gains the vdpbf16ps products as bf16_mode says. */
 static void add_bf16(void) {
 #if defined(FA_HAVE_AVX512)
-    if (chosen == &fa__cpu_kernels_avx512 && fa__cpu_features_get()->avx512bf16) {
-        with_bf16 = *chosen;
-        with_bf16.qk_bf16 = fa__qk_bf16_avx512;
-        with_bf16.pv_bf16 = fa__pv_bf16_avx512;
-        with_bf16.pv_bf16_t = fa__pv_bf16_t_avx512;
-        with_bf16.to_bf16 = fa__to_bf16_avx512;
-        with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
-        with_bf16.pair_bf16 = fa__pair_bf16_avx512;
-        with_bf16.bwd_pair_bf16 = fa__bwd_pair_bf16_avx512;
-        with_bf16.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
-        with_bf16.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
-        chosen = &with_bf16;
-        char note[sizeof choice_note];
-        snprintf(note, sizeof note, " + avx512_bf16%.100s", choice_note);
+    const fa__cpu_features *f = fa__cpu_features_get();
+    if (chosen != &fa__cpu_kernels_avx512 || !f->avx512bf16 || bf16_mode < 0) return;
+    char note[sizeof choice_note];
+    if (bf16_mode == 0 && !f->bf16_dot_fast) {
+        snprintf(note, sizeof note, " (vdpbf16ps not used: slower than fp32 FMA on this CPU; "
+                 "FA_CPU_ISA=avx512bf16 uses it)%.40s", choice_note);
         memcpy(choice_note, note, sizeof note);
+        return;
     }
+    with_bf16 = *chosen;
+    with_bf16.qk_bf16 = fa__qk_bf16_avx512;
+    with_bf16.pv_bf16 = fa__pv_bf16_avx512;
+    with_bf16.pv_bf16_t = fa__pv_bf16_t_avx512;
+    with_bf16.to_bf16 = fa__to_bf16_avx512;
+    with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
+    with_bf16.pair_bf16 = fa__pair_bf16_avx512;
+    with_bf16.bwd_pair_bf16 = fa__bwd_pair_bf16_avx512;
+    with_bf16.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
+    with_bf16.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
+    chosen = &with_bf16;
+    snprintf(note, sizeof note, " + avx512_bf16%.100s", choice_note);
+    memcpy(choice_note, note, sizeof note);
 #endif
 }
 

@@ -35,6 +35,14 @@ static void detect(void) {
     features.avx512bw_vl = features.avx512f && ((b >> 30) & 1) && ((b >> 31) & 1);
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
         features.avx512bf16 = features.avx512bw_vl && ((a >> 5) & 1);
+    /* vdpbf16ps does two products per lane at the FMA's rate on AMD's cores (Zen 4: decode's
+     * scores in 0.58 of the widening path's time), at half that rate on Sapphire Rapids, where
+     * the bf16 forward took 1.5x and the backward 1.4x the widening path's time
+     * (bench/results/2026-12-02-cpu-spr-bf16-dot.md). Vendor, not a timing at start-up: a
+     * process's choice of products, and so its results, must not depend on the host's load. */
+    __get_cpuid(0, &a, &b, &c, &d);
+    const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
+    features.bf16_dot_fast = features.avx512bf16 && amd;
     features.fma = features.fma && ymm_state;
     features.f16c = features.f16c && ymm_state;
 }
