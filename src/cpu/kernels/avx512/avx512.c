@@ -135,6 +135,25 @@ FA_INLINE __m512 load16(const void *row, int32_t dtype, int c, int left) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* bf16 row[c : c+32] from one 64-byte load: its even columns (a shift) into *even, its odd ones
+ * (a mask) into *odd, where load16 widens each half by two steps; even_odd_order puts sums over
+ * them back in column order. */
+FA_INLINE void load32_even_odd(const void *row, int c, __m512 *even, __m512 *odd) {
+    const __m512i x = _mm512_loadu_si512((const uint16_t *)row + c);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536)));
+}
+
+/* Columns c..c+15 into *even and c+16..c+31 into *odd, from sums over load32_even_odd's. */
+FA_INLINE void even_odd_order(__m512 *even, __m512 *odd) {
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi =
+        _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    const __m512 e = *even, o = *odd;
+    *even = _mm512_permutex2var_ps(e, lo, o);
+    *odd = _mm512_permutex2var_ps(e, hi, o);
+}
+
 /* vcvtph2ps for fp16, a 16-bit shift for bf16, through load16. */
 static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
     const __m512 s = _mm512_set1_ps(scale);
@@ -296,38 +315,56 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
  * 4·W named accumulators summed over the keys, then alpha O + sum. Named scalars, not an array,
  * so the accumulators stay in registers (an array was kept on the stack, one store and reload
  * per key); each key's 4 broadcast probabilities serve all W chunks. Rows past m repeat row i0's
- * probabilities and are not stored. */
-FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const float *p,
-                            int64_t ldp, const void *const *v, const int32_t DT, const float *alpha,
-                            float *o, int64_t ldo, fa__asks *ask) {
+ * probabilities and are not stored. EO (bf16, W = 4, 64 columns left): V through
+ * load32_even_odd, the sums put back in order before the store (four widenings and four shifts
+ * become two shifts and two ANDs; the sums are the same, term for term). */
+FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO,
+                            const float *p, int64_t ldp, const void *const *v, const int32_t DT,
+                            const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
     const __m512 z = _mm512_setzero_ps();
-    __m512 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+15 */
-    __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 */
-    __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 */
-    __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 */
+    __m512 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+15 (EO: c, c+2, .., c+30) */
+    __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 (EO: c+1, c+3, .., c+31) */
+    __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 (EO: as a, from c+32) */
+    __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 (EO: as b, from c+32) */
     for (int j = 0; j < n; j++) {
         if (ask) fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as loaded */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
         const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
-#define FA_PV_CHUNK(x, w)                                                                          \
+#define FA_PV_FMA(x, vw)                                                                           \
     do {                                                                                           \
-        const __m512 vw = load16(vj, DT, c + 16 * (w), d - c - 16 * (w)); /* V[j, chunk w] */     \
         x##0 = _mm512_fmadd_ps(s0, vw, x##0);                                                      \
         x##1 = _mm512_fmadd_ps(s1, vw, x##1);                                                      \
         x##2 = _mm512_fmadd_ps(s2, vw, x##2);                                                      \
         x##3 = _mm512_fmadd_ps(s3, vw, x##3);                                                      \
     } while (0)
-        FA_PV_CHUNK(a, 0);
-        if (W >= 2) FA_PV_CHUNK(b, 1);
-        if (W >= 3) FA_PV_CHUNK(e, 2);
-        if (W >= 4) FA_PV_CHUNK(f, 3);
+#define FA_PV_CHUNK(x, w) FA_PV_FMA(x, load16(vj, DT, c + 16 * (w), d - c - 16 * (w)))
+        if (EO) { /* bf16 V[j, c:c+64] as the even and odd columns of each 32 */
+            __m512 ve0, vo0, ve1, vo1;
+            load32_even_odd(vj, c, &ve0, &vo0);
+            load32_even_odd(vj, c + 32, &ve1, &vo1);
+            FA_PV_FMA(a, ve0);
+            FA_PV_FMA(b, vo0);
+            FA_PV_FMA(e, ve1);
+            FA_PV_FMA(f, vo1);
+        } else {
+            FA_PV_CHUNK(a, 0);
+            if (W >= 2) FA_PV_CHUNK(b, 1);
+            if (W >= 3) FA_PV_CHUNK(e, 2);
+            if (W >= 4) FA_PV_CHUNK(f, 3);
+        }
 #undef FA_PV_CHUNK
+#undef FA_PV_FMA
     }
-    const __m512 acc[4][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}, {f0, f1, f2, f3}};
+    __m512 acc[4][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}, {f0, f1, f2, f3}};
+    if (EO) /* the even and odd columns back in order */
+        for (int ii = 0; ii < 4; ii++) {
+            even_odd_order(&acc[0][ii], &acc[1][ii]);
+            even_odd_order(&acc[2][ii], &acc[3][ii]);
+        }
     for (int w = 0; w < W; w++) {
         const __mmask16 kd = tail_mask(d - c - 16 * w);
         for (int ii = 0; ii < rows; ii++) {
@@ -345,11 +382,13 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
     fa__asks first = fa__asks_begin(pf), *ask = &first; /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
+        for (; d - c >= 64 && DT == FA_DTYPE_BF16; c += 64)
+            pv_rows_tile(m, i0, n, d, c, 4, 1, p, ldp, v, DT, alpha, o, ldo, ask);
         for (; d - c > 48; c += 64)
-            pv_rows_tile(m, i0, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, ask);
-        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, p, ldp, v, DT, alpha, o, ldo, ask);
-        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, ask);
-        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, ask);
+            pv_rows_tile(m, i0, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, ask);
+        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, 0, p, ldp, v, DT, alpha, o, ldo, ask);
+        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, ask);
+        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, ask);
         ask = NULL;
     }
     fa__ask_rest(&first);
@@ -357,10 +396,11 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
  * pay for four), columns [c, c + 16·W) (W = 1, 2, 4 or 8; the last chunk may be partial): TR·W
- * accumulators summed over the keys, then alpha O + sum. */
-FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const float *p, int64_t ldp,
-                             const void *const *v, const int32_t DT, const float *alpha, float *o,
-                             int64_t ldo, fa__asks *ask) {
+ * accumulators summed over the keys, then alpha O + sum. EO (bf16, W = 8, 128 columns left): as
+ * in pv_rows_tile, V through load32_even_odd. */
+FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int EO,
+                             const float *p, int64_t ldp, const void *const *v, const int32_t DT,
+                             const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
@@ -369,27 +409,47 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const flo
         fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as many as it loads */
         const void *vj = v[j];
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
-#define FA_PV_SMALL(w)                                                                             \
+#define FA_PV_FMA(w, vw)                                                                           \
     do {                                                                                           \
-        const __m512 vw = load16(vj, DT, c + 16 * (w), d - c - 16 * (w)); /* V[j, chunk w] */     \
         a##w = _mm512_fmadd_ps(s0, vw, a##w);                                                      \
         if (TR > 1) b##w = _mm512_fmadd_ps(s1, vw, b##w);                                          \
     } while (0)
-        FA_PV_SMALL(0);
-        if (W > 1) FA_PV_SMALL(1);
-        if (W > 2) {
-            FA_PV_SMALL(2);
-            FA_PV_SMALL(3);
-        }
-        if (W > 4) {
-            FA_PV_SMALL(4);
-            FA_PV_SMALL(5);
-            FA_PV_SMALL(6);
-            FA_PV_SMALL(7);
+#define FA_PV_SMALL(w) FA_PV_FMA(w, load16(vj, DT, c + 16 * (w), d - c - 16 * (w)))
+        if (EO) { /* bf16 V[j, c:c+128]: chunks 2h, 2h+1 the even and odd columns of half h */
+            __m512 ve, vo;
+            load32_even_odd(vj, c, &ve, &vo);
+            FA_PV_FMA(0, ve);
+            FA_PV_FMA(1, vo);
+            load32_even_odd(vj, c + 32, &ve, &vo);
+            FA_PV_FMA(2, ve);
+            FA_PV_FMA(3, vo);
+            load32_even_odd(vj, c + 64, &ve, &vo);
+            FA_PV_FMA(4, ve);
+            FA_PV_FMA(5, vo);
+            load32_even_odd(vj, c + 96, &ve, &vo);
+            FA_PV_FMA(6, ve);
+            FA_PV_FMA(7, vo);
+        } else {
+            FA_PV_SMALL(0);
+            if (W > 1) FA_PV_SMALL(1);
+            if (W > 2) {
+                FA_PV_SMALL(2);
+                FA_PV_SMALL(3);
+            }
+            if (W > 4) {
+                FA_PV_SMALL(4);
+                FA_PV_SMALL(5);
+                FA_PV_SMALL(6);
+                FA_PV_SMALL(7);
+            }
         }
 #undef FA_PV_SMALL
+#undef FA_PV_FMA
     }
-    const __m512 acc[2][8] = {{a0, a1, a2, a3, a4, a5, a6, a7}, {b0, b1, b2, b3, b4, b5, b6, b7}};
+    __m512 acc[2][8] = {{a0, a1, a2, a3, a4, a5, a6, a7}, {b0, b1, b2, b3, b4, b5, b6, b7}};
+    if (EO) /* the even and odd columns back in order */
+        for (int ii = 0; ii < TR; ii++)
+            for (int w = 0; w < 8; w += 2) even_odd_order(&acc[ii][w], &acc[ii][w + 1]);
     for (int w = 0; w < W; w++) {
         const __mmask16 kd = tail_mask(d - c - 16 * w);
         for (int ii = 0; ii < TR; ii++) {
@@ -407,11 +467,13 @@ FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             int64_t ldo, const fa__prefetch *pf) {
     fa__asks ask = fa__asks_begin(pf);
     int c = 0;
+    for (; d - c >= 128 && DT == FA_DTYPE_BF16; c += 128)
+        pv_rows_small(TR, n, d, c, 8, 1, p, ldp, v, DT, alpha, o, ldo, &ask);
     for (; d - c > 64; c += 128)
-        pv_rows_small(TR, n, d, c, 8, p, ldp, v, DT, alpha, o, ldo, &ask);
-    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, p, ldp, v, DT, alpha, o, ldo, &ask);
-    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, p, ldp, v, DT, alpha, o, ldo, &ask);
-    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, p, ldp, v, DT, alpha, o, ldo, &ask);
+        pv_rows_small(TR, n, d, c, 8, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
+    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
+    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
+    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
     fa__ask_rest(&ask);
 }
 
