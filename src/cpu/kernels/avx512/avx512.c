@@ -315,12 +315,14 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
  * 4·W named accumulators summed over the keys, then alpha O + sum. Named scalars, not an array,
  * so the accumulators stay in registers (an array was kept on the stack, one store and reload
  * per key); each key's 4 broadcast probabilities serve all W chunks. Rows past m repeat row i0's
- * probabilities and are not stored. EO (bf16, W = 4, 64 columns left): V through
- * load32_even_odd, the sums put back in order before the store (four widenings and four shifts
- * become two shifts and two ANDs; the sums are the same, term for term). */
-FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO,
+ * probabilities and are not stored. FULL (W = 4, 64 columns left): loads without tail checks,
+ * and bf16 V through load32_even_odd (EO), the sums put back in order before the store (four
+ * widenings and four shifts become two shifts and two ANDs; the sums are the same, term for
+ * term). */
+FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int FULL,
                             const float *p, int64_t ldp, const void *const *v, const int32_t DT,
                             const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
+    const int EO = FULL && DT == FA_DTYPE_BF16;
     const int rows = m - i0 < 4 ? m - i0 : 4;
     const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
     const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
@@ -341,7 +343,7 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
         x##2 = _mm512_fmadd_ps(s2, vw, x##2);                                                      \
         x##3 = _mm512_fmadd_ps(s3, vw, x##3);                                                      \
     } while (0)
-#define FA_PV_CHUNK(x, w) FA_PV_FMA(x, load16(vj, DT, c + 16 * (w), d - c - 16 * (w)))
+#define FA_PV_CHUNK(x, w) FA_PV_FMA(x, load16(vj, DT, c + 16 * (w), FULL ? 16 : d - c - 16 * (w)))
         if (EO) { /* bf16 V[j, c:c+64] as the even and odd columns of each 32 */
             __m512 ve0, vo0, ve1, vo1;
             load32_even_odd(vj, c, &ve0, &vo0);
@@ -382,7 +384,7 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
     fa__asks first = fa__asks_begin(pf), *ask = &first; /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; d - c >= 64 && DT == FA_DTYPE_BF16; c += 64)
+        for (; d - c >= 64; c += 64)
             pv_rows_tile(m, i0, n, d, c, 4, 1, p, ldp, v, DT, alpha, o, ldo, ask);
         for (; d - c > 48; c += 64)
             pv_rows_tile(m, i0, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, ask);
@@ -396,11 +398,12 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
  * pay for four), columns [c, c + 16·W) (W = 1, 2, 4 or 8; the last chunk may be partial): TR·W
- * accumulators summed over the keys, then alpha O + sum. EO (bf16, W = 8, 128 columns left): as
- * in pv_rows_tile, V through load32_even_odd. */
-FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int EO,
+ * accumulators summed over the keys, then alpha O + sum. FULL (W = 8, 128 columns left): as in
+ * pv_rows_tile. */
+FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int FULL,
                              const float *p, int64_t ldp, const void *const *v, const int32_t DT,
                              const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
+    const int EO = FULL && DT == FA_DTYPE_BF16;
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
@@ -414,7 +417,7 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
         a##w = _mm512_fmadd_ps(s0, vw, a##w);                                                      \
         if (TR > 1) b##w = _mm512_fmadd_ps(s1, vw, b##w);                                          \
     } while (0)
-#define FA_PV_SMALL(w) FA_PV_FMA(w, load16(vj, DT, c + 16 * (w), d - c - 16 * (w)))
+#define FA_PV_SMALL(w) FA_PV_FMA(w, load16(vj, DT, c + 16 * (w), FULL ? 16 : d - c - 16 * (w)))
         if (EO) { /* bf16 V[j, c:c+128]: chunks 2h, 2h+1 the even and odd columns of half h */
             __m512 ve, vo;
             load32_even_odd(vj, c, &ve, &vo);
@@ -467,7 +470,7 @@ FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             int64_t ldo, const fa__prefetch *pf) {
     fa__asks ask = fa__asks_begin(pf);
     int c = 0;
-    for (; d - c >= 128 && DT == FA_DTYPE_BF16; c += 128)
+    for (; d - c >= 128; c += 128)
         pv_rows_small(TR, n, d, c, 8, 1, p, ldp, v, DT, alpha, o, ldo, &ask);
     for (; d - c > 64; c += 128)
         pv_rows_small(TR, n, d, c, 8, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
