@@ -307,15 +307,20 @@ qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq, const voi
     const float *qr[4];
     for (int jj = 0; jj < NK; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
-    for (int c = 0; c < d; c += 8) {
-        __m256 kv[4];
-        for (int jj = 0; jj < NK; jj++) kv[jj] = load8(kr[jj], DT, c, d - c);
-        for (int ii = 0; ii < TR; ii++) {
-            const __m256 qv = load8(qr[ii], FA_DTYPE_F32, c, d - c);
-            for (int jj = 0; jj < NK; jj++)
-                acc[NK * ii + jj] = _mm256_fmadd_ps(qv, kv[jj], acc[NK * ii + jj]);
-        }
-    }
+#define FA_QK_FEW_STEP(left) /* columns c .. c+7 (left: how many of them there are) */             \
+    do {                                                                                           \
+        __m256 kv[4];                                                                              \
+        for (int jj = 0; jj < NK; jj++) kv[jj] = load8(kr[jj], DT, c, left);                      \
+        for (int ii = 0; ii < TR; ii++) {                                                          \
+            const __m256 qv = load8(qr[ii], FA_DTYPE_F32, c, left);                                \
+            for (int jj = 0; jj < NK; jj++)                                                        \
+                acc[NK * ii + jj] = _mm256_fmadd_ps(qv, kv[jj], acc[NK * ii + jj]);                \
+        }                                                                                          \
+    } while (0)
+    int c = 0;
+    for (; c + 8 <= d; c += 8) FA_QK_FEW_STEP(8); /* whole: no tail checks */
+    if (c < d) FA_QK_FEW_STEP(d - c);
+#undef FA_QK_FEW_STEP
     float out[8];
     _mm256_storeu_ps(out, sum8(acc));
     for (int ii = 0; ii < TR; ii++)
