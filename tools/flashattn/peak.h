@@ -12,7 +12,8 @@
  *   fp32  AVX-512F  vfmadd231ps zmm (32 flop/instr) > AVX2+FMA vfmadd231ps ymm (16) > portable C
  *   bf16  AVX512_BF16 vdpbf16ps zmm (64 flop/instr); without it there is no bf16 dot instruction,
  *         and bf16 work is compared with the fp32 peak (peak_result.kernel says so); so it is
- *         where vdpbf16ps runs below the fp32 peak (Sapphire Rapids: the note says so)
+ *         where the library does not use vdpbf16ps (fa_build_info() lacks "+ avx512_bf16":
+ *         Intel's cores, where it runs at half the FMA's products; the note says so)
  */
 #ifndef FA_TOOLS_PEAK_H
 #define FA_TOOLS_PEAK_H
@@ -39,8 +40,8 @@ const char *peak_cpu_features(void);
 /* Measures the fp32 FMA peak on `threads` threads: `reps` repetitions of about `seconds` each. */
 void peak_measure_fp32(int threads, int reps, double seconds, peak_result *out);
 
-/* Measures the bf16 dot-product peak (vdpbf16ps), or, where the CPU has none or it is below
- * *fp32, copies *fp32 with a note saying so. */
+/* Measures the bf16 dot-product peak (vdpbf16ps), or, where the CPU has none or the library
+ * does not use it, copies *fp32 with a note saying so. */
 void peak_measure_bf16(int threads, int reps, double seconds, const peak_result *fp32,
                        peak_result *out);
 
