@@ -82,7 +82,7 @@ static void forward_impl(const ref_problem *p, const double *q, const double *k,
                 double sum = 0.0;
                 for (int64_t j = 0; j < Sk; j++)
                     if (vis[j])
-                        sum += exp(s[j] - m);
+                        sum += s[j] = exp(s[j] - m); /* one exp per score: most of the time */
                 const double row_lse = m + log(sum);
                 const uint8_t *keep =
                     p->dropout_mask ? p->dropout_mask + ((b * H + h) * Sq + i) * Sk : NULL;
@@ -90,7 +90,7 @@ static void forward_impl(const ref_problem *p, const double *q, const double *k,
                 for (int64_t j = 0; j < Sk; j++) {
                     if (!vis[j])
                         continue;
-                    double pj = rnd(exp(s[j] - row_lse));
+                    double pj = rnd(s[j] / sum);
                     if (keep)
                         pj = keep[j] ? rnd(pj * keep_scale) : 0.0;
                     const double *vj = v + ((b * Sk + j) * Hk + hk) * D;

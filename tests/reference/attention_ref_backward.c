@@ -104,14 +104,14 @@ static void backward_impl(const ref_problem *p, const double *q, const double *k
                     double sum = 0.0;
                     for (int64_t j = 0; j < Sk; j++)
                         if (vis[j])
-                            sum += exp(s[j] - m);
+                            sum += P[j] = exp(s[j] - m); /* one exp per score: most of the time */
                     const double row_lse = m + log(sum);
                     for (int64_t d = 0; d < D; d++)
                         o[d] = 0.0;
                     for (int64_t j = 0; j < Sk; j++) {
                         if (!vis[j])
                             continue;
-                        P[j] = rnd(exp(s[j] - row_lse));
+                        P[j] = rnd(P[j] / sum);
                         if (keep)
                             Pd[j] = rnd(P[j] * (keep[((b * H + h) * Sq + i) * Sk + j] != 0) *
                                         keep_scale);
