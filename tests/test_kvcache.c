@@ -1924,19 +1924,42 @@ static void group_errors(void) {
     group_end("bad input");
 }
 
-int main(void) {
+/* Every group by default; the ones named on the command line otherwise (make tsan runs the
+ * determinism group beside the others, in two processes). */
+static const struct {
+    const char *name;
+    void (*run)(void);
+} k_groups[] = {
+    {"append", group_append}, {"masks", group_masks},
+    {"rotary", group_rotary}, {"indices", group_indices},
+    {"paged", group_paged},   {"split", group_split},
+    {"decode", group_decode}, {"determinism", group_determinism},
+    {"random", group_random}, {"errors", group_errors},
+};
+#define K_NGROUPS (int)(sizeof k_groups / sizeof k_groups[0])
+
+int main(int argc, char **argv) {
+    for (int a = 1; a < argc; a++) {
+        int g = 0;
+        while (g < K_NGROUPS && strcmp(argv[a], k_groups[g].name) != 0)
+            g++;
+        if (g == K_NGROUPS) {
+            fprintf(stderr, "test_kvcache: no group '%s'; the groups:", argv[a]);
+            for (g = 0; g < K_NGROUPS; g++)
+                fprintf(stderr, " %s", k_groups[g].name);
+            fprintf(stderr, "\n");
+            return 2;
+        }
+    }
     tu_seed_init("test_kvcache");
     printf("library %s; %s\n", fa_version_string(), fa_build_info());
-    group_append();
-    group_masks();
-    group_rotary();
-    group_indices();
-    group_paged();
-    group_split();
-    group_decode();
-    group_determinism();
-    group_random();
-    group_errors();
+    for (int g = 0; g < K_NGROUPS; g++) {
+        int named = argc == 1;
+        for (int a = 1; a < argc; a++)
+            named |= strcmp(argv[a], k_groups[g].name) == 0;
+        if (named)
+            k_groups[g].run();
+    }
     for (int t = 0; t < 3; t++) {
         const tu_errstats *s = &g_stats[t]; /* k_dtypes[t] == t */
         if (k_dtypes[t] == FA_DTYPE_F32)
