@@ -202,36 +202,86 @@ static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype,
     }
 }
 
+/* Runs CALL with FA_DK bound to d as a compile-time constant where d is 64, 128 or 256 and the
+ * rows of q are d apart (decode's query rows), else to 0 (d at run time). */
+#define FA_BY_DIM(d, ldq, CALL)                                                                    \
+    do {                                                                                           \
+        if ((d) == 128 && (ldq) == 128) {                                                          \
+            enum { FA_DK = 128 };                                                                  \
+            CALL;                                                                                  \
+        } else if ((d) == 64 && (ldq) == 64) {                                                     \
+            enum { FA_DK = 64 };                                                                   \
+            CALL;                                                                                  \
+        } else if ((d) == 256 && (ldq) == 256) {                                                   \
+            enum { FA_DK = 256 };                                                                  \
+            CALL;                                                                                  \
+        } else {                                                                                   \
+            enum { FA_DK = 0 };                                                                    \
+            CALL;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+/* Columns c..c+15 of a tile of TR rows x 4 keys into acc[4 ii + jj] (row ii, key jj); whole
+ * chunks load unmasked. */
+FA_INLINE void qk_chunk(int TR, __m512 *acc, const void *const *kr, const float *const *qr, int c,
+                        int d, const int32_t DT) {
+    __m512 kv[4], qv[4];
+    if (d - c >= 16) {
+        for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
+        for (int ii = 0; ii < TR; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
+    } else {
+        for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
+        for (int ii = 0; ii < TR; ii++)
+            qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c), qr[ii] + c);
+    }
+    for (int ii = 0; ii < TR; ii++)
+        for (int jj = 0; jj < 4; jj++)
+            acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
+}
+
+/* Every chunk of a tile (qk_chunk), asking at each for as many lines as it loads. DK: d as a
+ * compile-time constant (64, 128, 256; 0: d at run time), the loop then unrolled whole so that
+ * every offset is a constant: at d = 128 gcc had kept the loop with row pointers on the stack and
+ * in vector registers, a reload or a move to a general register per row per chunk. */
+FA_INLINE void qk_chunks(int TR, __m512 *acc, const void *const *kr, const float *const *qr, int d,
+                         const int DK, const int32_t DT, fa__asks *ask, int asking) {
+    const int kl = DT == FA_DTYPE_F32 ? 4 : 2; /* lines per chunk of 4 keys */
+    if (DK) {
+#pragma GCC unroll 16
+        for (int c = 0; c < DK; c += 16) {
+            if (asking) fa__ask_lines(ask, kl);
+            qk_chunk(TR, acc, kr, qr, c, DK, DT);
+        }
+    } else {
+        for (int c = 0; c < d; c += 16) {
+            if (asking) fa__ask_lines(ask, kl);
+            qk_chunk(TR, acc, kr, qr, c, d, DT);
+        }
+    }
+}
+
 /* Tiles of 4 rows x 4 keys: 16 accumulators over d, then one 16-way reduction whose 128-bit
  * lane ii holds row ii's 4 scores, stored as one piece. DT is a compile-time dtype in each
- * caller, so the conversion is chosen outside the loops; whole 16-column chunks load unmasked. */
+ * caller, so the conversion is chosen outside the loops; DK as in qk_chunks (ldq = d then). */
 FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
-                          const int32_t DT, float *s, int64_t lds, const fa__prefetch *pf) {
-    const int dfull = d / 16 * 16;
+                          const int32_t DT, const int DK, float *s, int64_t lds,
+                          const fa__prefetch *pf) {
     fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
+    if (DK) d = DK, ldq = DK;
     for (int i0 = 0; i0 < m; i0 += 4)
         for (int j0 = 0; j0 < n; j0 += 4) {
             __m512 acc[16]; /* acc[4 ii + jj]: rows i0+ii, keys j0+jj */
             for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
             const void *kr[4];
-            const float *qr[4];
             for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
-            for (int ii = 0; ii < 4; ii++) /* rows past m repeat row i0: computed, not stored */
-                qr[ii] = q + (i0 + (i0 + ii < m ? ii : 0)) * ldq;
-            for (int c = 0; c < d; c += 16) {
-                __m512 kv[4], qv[4];
-                if (i0 == 0) fa__ask_lines(&ask, DT == FA_DTYPE_F32 ? 4 : 2); /* as loaded */
-                if (c < dfull) {
-                    for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
-                    for (int ii = 0; ii < 4; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
-                } else {
-                    for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
-                    for (int ii = 0; ii < 4; ii++)
-                        qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c), qr[ii] + c);
-                }
-                for (int ii = 0; ii < 4; ii++)
-                    for (int jj = 0; jj < 4; jj++)
-                        acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
+            const float *q0 = q + i0 * ldq;
+            if (m - i0 >= 4) { /* rows ldq apart: constant offsets from q0 where DK */
+                const float *qr[4] = {q0, q0 + ldq, q0 + 2 * ldq, q0 + 3 * ldq};
+                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0);
+            } else { /* rows past m repeat row i0: computed, not stored */
+                const float *qr[4];
+                for (int ii = 0; ii < 4; ii++) qr[ii] = i0 + ii < m ? q0 + ii * ldq : q0;
+                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0);
             }
             fa__store_tile4(fa__sum16(acc), m - i0 < 4 ? m - i0 : 4, n - j0, s + i0 * lds + j0,
                             lds);
@@ -241,33 +291,19 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
 
 /* The last one or two rows (TR) of qk_rows, which a decode with one or two query rows per KV
  * head (MHA, or 2 query heads per KV head) has alone: tiles of TR rows x 4 keys, 4·TR
- * accumulators, the same 16-way reduction (128-bit lane ii: row ii's 4 scores). Kept apart from
- * the 4-row tiles, whose code stays as it was. Keys past n repeat key j0: computed, not stored. */
+ * accumulators through the same chunks (qk_chunks), the same 16-way reduction (128-bit lane ii:
+ * row ii's 4 scores). Keys past n repeat key j0: computed, not stored. */
 FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq,
-                           const void *const *k, const int32_t DT, float *s, int64_t lds,
-                           fa__asks *ask) {
-    const int dfull = d / 16 * 16;
+                           const void *const *k, const int32_t DT, const int DK, float *s,
+                           int64_t lds, fa__asks *ask) {
+    if (DK) d = DK, ldq = DK;
     __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
     const void *kr[4];
     const float *qr[4];
     for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
-    for (int c = 0; c < d; c += 16) {
-        __m512 kv[4], qv[4];
-        fa__ask_lines(ask, DT == FA_DTYPE_F32 ? 4 : 2); /* as many lines as it loads */
-        if (c < dfull) {
-            for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, 16);
-            for (int ii = 0; ii < TR; ii++) qv[ii] = _mm512_loadu_ps(qr[ii] + c);
-        } else {
-            for (int jj = 0; jj < 4; jj++) kv[jj] = load16(kr[jj], DT, c, d - c);
-            for (int ii = 0; ii < TR; ii++)
-                qv[ii] = _mm512_maskz_loadu_ps(tail_mask(d - c), qr[ii] + c);
-        }
-        for (int ii = 0; ii < TR; ii++)
-            for (int jj = 0; jj < 4; jj++)
-                acc[4 * ii + jj] = _mm512_fmadd_ps(qv[ii], kv[jj], acc[4 * ii + jj]);
-    }
+    qk_chunks(TR, acc, kr, qr, d, DK, DT, ask, 1);
     const __m512 sums = fa__sum16(acc);
     if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
         _mm_storeu_ps(s + j0, _mm512_castps512_ps128(sums));
@@ -282,13 +318,15 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
 
 /* qk_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each loop. */
 FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
-                         const void *const *k, const int32_t DT, float *s, int64_t lds,
-                         const fa__prefetch *pf) {
+                         const void *const *k, const int32_t DT, const int DK, float *s,
+                         int64_t lds, const fa__prefetch *pf) {
     fa__asks ask = fa__asks_begin(pf);
     if (rows == 2)
-        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(2, n, j0, d, q, ldq, k, DT, s, lds, &ask);
+        for (int j0 = 0; j0 < n; j0 += 4)
+            qk_few_tile(2, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask);
     else
-        for (int j0 = 0; j0 < n; j0 += 4) qk_few_tile(1, n, j0, d, q, ldq, k, DT, s, lds, &ask);
+        for (int j0 = 0; j0 < n; j0 += 4)
+            qk_few_tile(1, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask);
     fa__ask_rest(&ask);
 }
 
@@ -296,7 +334,8 @@ FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
 static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
                                                   int64_t ldq, const void *const *k, int32_t dtype,
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, s, lds, pf));
+    FA_BY_DTYPE(dtype,
+                FA_BY_DIM(d, ldq, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf)));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. */
@@ -305,7 +344,8 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
                            const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        FA_BY_DTYPE(dtype, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, s, lds, pf));
+        FA_BY_DTYPE(dtype,
+                    FA_BY_DIM(d, ldq, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf)));
         pf = NULL; /* asked for already */
     }
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
@@ -320,22 +360,29 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
  * widenings and four shifts become two shifts and two ANDs; the sums are the same, term for
  * term). */
 FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int FULL,
-                            const float *p, int64_t ldp, const void *const *v, const int32_t DT,
-                            const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
+                            const int WHOLE, const float *p, int64_t ldp, const void *const *v,
+                            const int32_t DT, const float *alpha, float *o, int64_t ldo,
+                            fa__asks *ask) {
     const int EO = FULL && DT == FA_DTYPE_BF16;
-    const int rows = m - i0 < 4 ? m - i0 : 4;
-    const float *p0 = p + i0 * ldp, *p1 = rows > 1 ? p0 + ldp : p0;
-    const float *p2 = rows > 2 ? p0 + 2 * ldp : p0, *p3 = rows > 3 ? p0 + 3 * ldp : p0;
+    const int rows = WHOLE || m - i0 >= 4 ? 4 : m - i0; /* WHOLE: 4, known at compile time */
+    /* row ii of P at p0 + oii (constant offsets where WHOLE and ldp are) */
+    const float *p0 = p + i0 * ldp;
+    const int64_t o1 = rows > 1 ? ldp : 0, o2 = rows > 2 ? 2 * ldp : 0, o3 = rows > 3 ? 3 * ldp : 0;
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z; /* columns c .. c+15 (EO: c, c+2, .., c+30) */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 (EO: c+1, c+3, .., c+31) */
     __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 (EO: as a, from c+32) */
     __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 (EO: as b, from c+32) */
+    const size_t cb = (size_t)c * (DT == FA_DTYPE_F32 ? 4 : 2); /* bytes before column c */
+    /* The asks' state in locals (registers), not behind the pointer, which gcc kept in memory
+     * and spilled the loop's registers around. */
+    fa__asks a = ask ? *ask : (fa__asks){NULL, NULL, NULL, 0, 0, 0};
     for (int j = 0; j < n; j++) {
-        if (ask) fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as loaded */
-        const void *vj = v[j];
-        const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
-        const __m512 s2 = _mm512_set1_ps(p2[j]), s3 = _mm512_set1_ps(p3[j]);
+        if (ask) fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as loaded */
+        const void *vj = (const char *)v[j] + cb; /* columns from c: constant offsets below */
+        const float *pj = p0 + j;
+        const __m512 s0 = _mm512_set1_ps(pj[0]), s1 = _mm512_set1_ps(pj[o1]);
+        const __m512 s2 = _mm512_set1_ps(pj[o2]), s3 = _mm512_set1_ps(pj[o3]);
 #define FA_PV_FMA(x, vw)                                                                           \
     do {                                                                                           \
         x##0 = _mm512_fmadd_ps(s0, vw, x##0);                                                      \
@@ -343,11 +390,11 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
         x##2 = _mm512_fmadd_ps(s2, vw, x##2);                                                      \
         x##3 = _mm512_fmadd_ps(s3, vw, x##3);                                                      \
     } while (0)
-#define FA_PV_CHUNK(x, w) FA_PV_FMA(x, load16(vj, DT, c + 16 * (w), FULL ? 16 : d - c - 16 * (w)))
+#define FA_PV_CHUNK(x, w) FA_PV_FMA(x, load16(vj, DT, 16 * (w), FULL ? 16 : d - c - 16 * (w)))
         if (EO) { /* bf16 V[j, c:c+64] as the even and odd columns of each 32 */
             __m512 ve0, vo0, ve1, vo1;
-            load32_even_odd(vj, c, &ve0, &vo0);
-            load32_even_odd(vj, c + 32, &ve1, &vo1);
+            load32_even_odd(vj, 0, &ve0, &vo0);
+            load32_even_odd(vj, 32, &ve1, &vo1);
             FA_PV_FMA(a, ve0);
             FA_PV_FMA(b, vo0);
             FA_PV_FMA(e, ve1);
@@ -361,6 +408,7 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
 #undef FA_PV_CHUNK
 #undef FA_PV_FMA
     }
+    if (ask) *ask = a;
     __m512 acc[4][4] = {{a0, a1, a2, a3}, {b0, b1, b2, b3}, {e0, e1, e2, e3}, {f0, f1, f2, f3}};
     if (EO) /* the even and odd columns back in order */
         for (int ii = 0; ii < 4; ii++) {
@@ -378,19 +426,22 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
     }
 }
 
+/* WHOLE: m a multiple of 4, so every tile has 4 rows (with a constant ldp, at constant offsets
+ * from one pointer: gcc had kept 4 row pointers, one of them in a vector register). */
 FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
-                          const int32_t DT, const float *alpha, float *o, int64_t ldo,
-                          const fa__prefetch *pf) {
+                          const int32_t DT, const int WHOLE, const float *alpha, float *o,
+                          int64_t ldo, const fa__prefetch *pf) {
     fa__asks first = fa__asks_begin(pf), *ask = &first; /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
-        for (; d - c >= 64; c += 64)
-            pv_rows_tile(m, i0, n, d, c, 4, 1, p, ldp, v, DT, alpha, o, ldo, ask);
-        for (; d - c > 48; c += 64)
-            pv_rows_tile(m, i0, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, ask);
-        if (d - c > 32) pv_rows_tile(m, i0, n, d, c, 3, 0, p, ldp, v, DT, alpha, o, ldo, ask);
-        else if (d - c > 16) pv_rows_tile(m, i0, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, ask);
-        else if (d - c > 0) pv_rows_tile(m, i0, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, ask);
+#define FA_PV_TILE(W, FULL)                                                                        \
+    pv_rows_tile(m, i0, n, d, c, W, FULL, WHOLE, p, ldp, v, DT, alpha, o, ldo, ask)
+        for (; d - c >= 64; c += 64) FA_PV_TILE(4, 1);
+        for (; d - c > 48; c += 64) FA_PV_TILE(4, 0);
+        if (d - c > 32) FA_PV_TILE(3, 0);
+        else if (d - c > 16) FA_PV_TILE(2, 0);
+        else if (d - c > 0) FA_PV_TILE(1, 0);
+#undef FA_PV_TILE
         ask = NULL;
     }
     fa__ask_rest(&first);
@@ -408,28 +459,30 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
+    const size_t cb = (size_t)c * (DT == FA_DTYPE_F32 ? 4 : 2); /* as in pv_rows_tile */
+    fa__asks a = *ask;
     for (int j = 0; j < n; j++) {
-        fa__ask_lines(ask, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as many as it loads */
-        const void *vj = v[j];
+        fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as many as it loads */
+        const void *vj = (const char *)v[j] + cb;
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_FMA(w, vw)                                                                           \
     do {                                                                                           \
         a##w = _mm512_fmadd_ps(s0, vw, a##w);                                                      \
         if (TR > 1) b##w = _mm512_fmadd_ps(s1, vw, b##w);                                          \
     } while (0)
-#define FA_PV_SMALL(w) FA_PV_FMA(w, load16(vj, DT, c + 16 * (w), FULL ? 16 : d - c - 16 * (w)))
+#define FA_PV_SMALL(w) FA_PV_FMA(w, load16(vj, DT, 16 * (w), FULL ? 16 : d - c - 16 * (w)))
         if (EO) { /* bf16 V[j, c:c+128]: chunks 2h, 2h+1 the even and odd columns of half h */
             __m512 ve, vo;
-            load32_even_odd(vj, c, &ve, &vo);
+            load32_even_odd(vj, 0, &ve, &vo);
             FA_PV_FMA(0, ve);
             FA_PV_FMA(1, vo);
-            load32_even_odd(vj, c + 32, &ve, &vo);
+            load32_even_odd(vj, 32, &ve, &vo);
             FA_PV_FMA(2, ve);
             FA_PV_FMA(3, vo);
-            load32_even_odd(vj, c + 64, &ve, &vo);
+            load32_even_odd(vj, 64, &ve, &vo);
             FA_PV_FMA(4, ve);
             FA_PV_FMA(5, vo);
-            load32_even_odd(vj, c + 96, &ve, &vo);
+            load32_even_odd(vj, 96, &ve, &vo);
             FA_PV_FMA(6, ve);
             FA_PV_FMA(7, vo);
         } else {
@@ -449,6 +502,7 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
 #undef FA_PV_SMALL
 #undef FA_PV_FMA
     }
+    *ask = a;
     __m512 acc[2][8] = {{a0, a1, a2, a3, a4, a5, a6, a7}, {b0, b1, b2, b3, b4, b5, b6, b7}};
     if (EO) /* the even and odd columns back in order */
         for (int ii = 0; ii < TR; ii++)
@@ -493,7 +547,10 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   int64_t ldp, const void *const *v, int32_t dtype,
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+    if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
+        FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf));
+    else
+        FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. */
@@ -502,7 +559,10 @@ static void pv_rows_avx512(int m, int n, int d, const float *p, int64_t ldp,
                            int64_t ldo, const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+        if (m4 % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
+            FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf));
+        else
+            FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf));
         pf = NULL; /* asked for already */
     }
     if (few)
