@@ -80,7 +80,6 @@ static inline int64_t tu_randint(int64_t lo, int64_t hi) {
     return lo + (int64_t)(tu_next_u64() % (uint64_t)(hi - lo + 1));
 }
 
-/* Standard normal (Box-Muller). */
 /* Standard normal, by Marsaglia's polar method: each accepted pair of uniforms gives two, the
  * second kept for the next call (one log and one sqrt per two values, no cos: generating the
  * inputs was a fifth of test_kvcache's time under ThreadSanitizer). */
