@@ -15,6 +15,7 @@ typedef struct fa__cpu_features {
     int avx512bw_vl; /* AVX512BW and AVX512VL */
     int avx512bf16;  /* with BW and VL, as the bf16 kernels use them */
     int bf16_dot_fast; /* AVX512_BF16 on a core whose vdpbf16ps beats widening + fp32 FMA */
+    int asks_l2;       /* decode's prefetches read best into L2 (prefetcht1), not L1 */
     int neon;
 } fa__cpu_features;
 

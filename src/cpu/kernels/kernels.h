@@ -11,11 +11,14 @@
 #include <stdint.h>
 
 /* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each; rows
- * NULL: the n rows lie back to back from base (fa__prefetch_row). */
+ * NULL: the n rows lie back to back from base (fa__prefetch_row). l2: into L2 (prefetcht1),
+ * else into L1 (prefetcht0), as the CPU reads best (features.h: asks_l2); the AVX-512 products
+ * follow it, the AVX2 and NEON ones always ask into L2. */
 typedef struct fa__prefetch {
     const void *const *rows;
     int n, bytes;
     const char *base;
+    int l2;
 } fa__prefetch;
 
 /* Row r (< pf->n) of pf. */

@@ -244,17 +244,18 @@ FA_INLINE void qk_chunk(int TR, __m512 *acc, const void *const *kr, const float 
  * every offset is a constant: at d = 128 gcc had kept the loop with row pointers on the stack and
  * in vector registers, a reload or a move to a general register per row per chunk. */
 FA_INLINE void qk_chunks(int TR, __m512 *acc, const void *const *kr, const float *const *qr, int d,
-                         const int DK, const int32_t DT, fa__asks *ask, int asking) {
+                         const int DK, const int32_t DT, fa__asks *ask, int asking,
+                         const int L2) {
     const int kl = DT == FA_DTYPE_F32 ? 4 : 2; /* lines per chunk of 4 keys */
     if (DK) {
 #pragma GCC unroll 16
         for (int c = 0; c < DK; c += 16) {
-            if (asking) fa__ask_lines(ask, kl);
+            if (asking) fa__ask_lines(ask, kl, L2);
             qk_chunk(TR, acc, kr, qr, c, DK, DT);
         }
     } else {
         for (int c = 0; c < d; c += 16) {
-            if (asking) fa__ask_lines(ask, kl);
+            if (asking) fa__ask_lines(ask, kl, L2);
             qk_chunk(TR, acc, kr, qr, c, d, DT);
         }
     }
@@ -265,7 +266,7 @@ FA_INLINE void qk_chunks(int TR, __m512 *acc, const void *const *kr, const float
  * caller, so the conversion is chosen outside the loops; DK as in qk_chunks (ldq = d then). */
 FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                           const int32_t DT, const int DK, float *s, int64_t lds,
-                          const fa__prefetch *pf) {
+                          const fa__prefetch *pf, const int L2) {
     fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
     if (DK) d = DK, ldq = DK;
     for (int i0 = 0; i0 < m; i0 += 4)
@@ -277,16 +278,16 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
             const float *q0 = q + i0 * ldq;
             if (m - i0 >= 4) { /* rows ldq apart: constant offsets from q0 where DK */
                 const float *qr[4] = {q0, q0 + ldq, q0 + 2 * ldq, q0 + 3 * ldq};
-                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0);
+                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0, L2);
             } else { /* rows past m repeat row i0: computed, not stored */
                 const float *qr[4];
                 for (int ii = 0; ii < 4; ii++) qr[ii] = i0 + ii < m ? q0 + ii * ldq : q0;
-                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0);
+                qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0, L2);
             }
             fa__store_tile4(fa__sum16(acc), m - i0 < 4 ? m - i0 : 4, n - j0, s + i0 * lds + j0,
                             lds);
         }
-    fa__ask_rest(&ask);
+    fa__ask_rest(&ask, L2);
 }
 
 /* The last one or two rows (TR) of qk_rows, which a decode with one or two query rows per KV
@@ -295,7 +296,7 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
  * row ii's 4 scores). Keys past n repeat key j0: computed, not stored. */
 FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq,
                            const void *const *k, const int32_t DT, const int DK, float *s,
-                           int64_t lds, fa__asks *ask) {
+                           int64_t lds, fa__asks *ask, const int L2) {
     if (DK) d = DK, ldq = DK;
     __m512 acc[16]; /* acc[4 ii + jj]: row ii, key j0+jj */
     for (int t = 0; t < 16; t++) acc[t] = _mm512_setzero_ps();
@@ -303,7 +304,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
     const float *qr[4];
     for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
-    qk_chunks(TR, acc, kr, qr, d, DK, DT, ask, 1);
+    qk_chunks(TR, acc, kr, qr, d, DK, DT, ask, 1, L2);
     const __m512 sums = fa__sum16(acc);
     if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
         _mm_storeu_ps(s + j0, _mm512_castps512_ps128(sums));
@@ -319,23 +320,23 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
 /* qk_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each loop. */
 FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
                          const void *const *k, const int32_t DT, const int DK, float *s,
-                         int64_t lds, const fa__prefetch *pf) {
+                         int64_t lds, const fa__prefetch *pf, const int L2) {
     fa__asks ask = fa__asks_begin(pf);
     if (rows == 2)
         for (int j0 = 0; j0 < n; j0 += 4)
-            qk_few_tile(2, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask);
+            qk_few_tile(2, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask, L2);
     else
         for (int j0 = 0; j0 < n; j0 += 4)
-            qk_few_tile(1, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask);
-    fa__ask_rest(&ask);
+            qk_few_tile(1, n, j0, d, q, ldq, k, DT, DK, s, lds, &ask, L2);
+    fa__ask_rest(&ask, L2);
 }
 
 /* qk_rows' last rows when m % 4 is 1 or 2, rows 0.. of q and s (callers offset them). */
 static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
                                                   int64_t ldq, const void *const *k, int32_t dtype,
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype,
-                FA_BY_DIM(d, ldq, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf)));
+    FA_BY_ASK(pf, FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(rows, n, d, q, ldq, k, FA_DT,
+                                                                 FA_DK, s, lds, pf, FA_L2))));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. */
@@ -344,8 +345,8 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
                            const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        FA_BY_DTYPE(dtype,
-                    FA_BY_DIM(d, ldq, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf)));
+        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT,
+                                                                     FA_DK, s, lds, pf, FA_L2))));
         pf = NULL; /* asked for already */
     }
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
@@ -362,7 +363,7 @@ static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
 FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int FULL,
                             const int WHOLE, const float *p, int64_t ldp, const void *const *v,
                             const int32_t DT, const float *alpha, float *o, int64_t ldo,
-                            fa__asks *ask) {
+                            fa__asks *ask, const int L2) {
     const int EO = FULL && DT == FA_DTYPE_BF16;
     const int rows = WHOLE || m - i0 >= 4 ? 4 : m - i0; /* WHOLE: 4, known at compile time */
     /* row ii of P at p0 + oii (constant offsets where WHOLE and ldp are) */
@@ -378,7 +379,7 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
      * and spilled the loop's registers around. */
     fa__asks a = ask ? *ask : (fa__asks){NULL, NULL, NULL, 0, 0, 0};
     for (int j = 0; j < n; j++) {
-        if (ask) fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as loaded */
+        if (ask) fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2, L2); /* as loaded */
         const void *vj = (const char *)v[j] + cb; /* columns from c: constant offsets below */
         const float *pj = p0 + j;
         const __m512 s0 = _mm512_set1_ps(pj[0]), s1 = _mm512_set1_ps(pj[o1]);
@@ -430,12 +431,12 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
  * from one pointer: gcc had kept 4 row pointers, one of them in a vector register). */
 FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                           const int32_t DT, const int WHOLE, const float *alpha, float *o,
-                          int64_t ldo, const fa__prefetch *pf) {
+                          int64_t ldo, const fa__prefetch *pf, const int L2) {
     fa__asks first = fa__asks_begin(pf), *ask = &first; /* asked for by the first 4 rows */
     for (int i0 = 0; i0 < m; i0 += 4) {
         int c = 0;
 #define FA_PV_TILE(W, FULL)                                                                        \
-    pv_rows_tile(m, i0, n, d, c, W, FULL, WHOLE, p, ldp, v, DT, alpha, o, ldo, ask)
+    pv_rows_tile(m, i0, n, d, c, W, FULL, WHOLE, p, ldp, v, DT, alpha, o, ldo, ask, L2)
         for (; d - c >= 64; c += 64) FA_PV_TILE(4, 1);
         for (; d - c > 48; c += 64) FA_PV_TILE(4, 0);
         if (d - c > 32) FA_PV_TILE(3, 0);
@@ -444,7 +445,7 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
 #undef FA_PV_TILE
         ask = NULL;
     }
-    fa__ask_rest(&first);
+    fa__ask_rest(&first, L2);
 }
 
 /* Rows 0..TR-1 of O (TR = 1 or 2: the last rows, so one or two query rows per KV head do not
@@ -453,7 +454,8 @@ FA_INLINE void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp, cons
  * pv_rows_tile. */
 FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int FULL,
                              const float *p, int64_t ldp, const void *const *v, const int32_t DT,
-                             const float *alpha, float *o, int64_t ldo, fa__asks *ask) {
+                             const float *alpha, float *o, int64_t ldo, fa__asks *ask,
+                             const int L2) {
     const int EO = FULL && DT == FA_DTYPE_BF16;
     const float *p0 = p, *p1 = TR > 1 ? p + ldp : p;
     const __m512 z = _mm512_setzero_ps();
@@ -462,7 +464,7 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
     const size_t cb = (size_t)c * (DT == FA_DTYPE_F32 ? 4 : 2); /* as in pv_rows_tile */
     fa__asks a = *ask;
     for (int j = 0; j < n; j++) {
-        fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2); /* as many as it loads */
+        fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2, L2); /* as many as it loads */
         const void *vj = (const char *)v[j] + cb;
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_FMA(w, vw)                                                                           \
@@ -521,25 +523,25 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
 /* TR rows through pv_rows_small, W as wide as d allows. */
 FA_INLINE void pv_rows_last(int TR, int n, int d, const float *p, int64_t ldp,
                             const void *const *v, const int32_t DT, const float *alpha, float *o,
-                            int64_t ldo, const fa__prefetch *pf) {
+                            int64_t ldo, const fa__prefetch *pf, const int L2) {
     fa__asks ask = fa__asks_begin(pf);
     int c = 0;
     for (; d - c >= 128; c += 128)
-        pv_rows_small(TR, n, d, c, 8, 1, p, ldp, v, DT, alpha, o, ldo, &ask);
+        pv_rows_small(TR, n, d, c, 8, 1, p, ldp, v, DT, alpha, o, ldo, &ask, L2);
     for (; d - c > 64; c += 128)
-        pv_rows_small(TR, n, d, c, 8, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
-    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
-    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
-    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, &ask);
-    fa__ask_rest(&ask);
+        pv_rows_small(TR, n, d, c, 8, 0, p, ldp, v, DT, alpha, o, ldo, &ask, L2);
+    if (d - c > 32) pv_rows_small(TR, n, d, c, 4, 0, p, ldp, v, DT, alpha, o, ldo, &ask, L2);
+    else if (d - c > 16) pv_rows_small(TR, n, d, c, 2, 0, p, ldp, v, DT, alpha, o, ldo, &ask, L2);
+    else if (d - c > 0) pv_rows_small(TR, n, d, c, 1, 0, p, ldp, v, DT, alpha, o, ldo, &ask, L2);
+    fa__ask_rest(&ask, L2);
 }
 
 /* pv_rows' last rows (rows = 1 or 2) for one dtype: TR compile-time in each call. */
 FA_INLINE void pv_few_dt(int rows, int n, int d, const float *p, int64_t ldp,
                          const void *const *v, const int32_t DT, const float *alpha, float *o,
-                         int64_t ldo, const fa__prefetch *pf) {
-    if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, DT, alpha, o, ldo, pf);
-    else pv_rows_last(1, n, d, p, ldp, v, DT, alpha, o, ldo, pf);
+                         int64_t ldo, const fa__prefetch *pf, const int L2) {
+    if (rows == 2) pv_rows_last(2, n, d, p, ldp, v, DT, alpha, o, ldo, pf, L2);
+    else pv_rows_last(1, n, d, p, ldp, v, DT, alpha, o, ldo, pf, L2);
 }
 
 /* pv_rows' last rows when m % 4 is 1 or 2, rows 0.. of p, alpha and o (callers offset them). */
@@ -548,9 +550,11 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
     if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
-        FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf));
+        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf,
+                                                   FA_L2)));
     else
-        FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf,
+                                                   FA_L2)));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. */
@@ -560,9 +564,11 @@ static void pv_rows_avx512(int m, int n, int d, const float *p, int64_t ldp,
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
         if (m4 % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
-            FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf));
+            FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, 128, v, FA_DT, 1, alpha, o,
+                                                        ldo, pf, FA_L2)));
         else
-            FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf));
+            FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, 0, alpha, o,
+                                                        ldo, pf, FA_L2)));
         pf = NULL; /* asked for already */
     }
     if (few)

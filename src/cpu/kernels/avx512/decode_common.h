@@ -35,8 +35,10 @@ static inline __m512 fa__sum16(__m512 v[16]) {
  * keep pace with its reads, and at its end for any left (fa__ask_rest). On Zen 5, where the
  * products had asked a line of each of several rows per step, this took 0.87 (fp32), 0.94 (bf16)
  * and 0.96-1.05 (fp16) of the time at 32k tokens (bench/results/2026-12-02-decode-zen5-asks.md).
- * prefetcht0: there decode took 0.75-0.93 of prefetcht1's time
- * (bench/results/2026-12-02-decode-zen5-order.md). */
+ * The hint is the caller's (fa__prefetch.l2), a compile-time L2 in each product (FA_BY_ASK):
+ * prefetcht0 on Zen 5, where decode took 0.75-0.93 of prefetcht1's time
+ * (bench/results/2026-12-02-decode-zen5-order.md); prefetcht1 on Sapphire Rapids, where it took
+ * 0.79-0.88 of prefetcht0's time at 16k-64k tokens (bench/results/2026-12-03-decode-spr-l2.md). */
 typedef struct fa__asks {
     const char *at, *end; /* the next line to ask for, and the end of its span */
     const void *const *rows;
@@ -66,19 +68,38 @@ static inline fa__asks fa__asks_begin(const fa__prefetch *pf) {
     return a;
 }
 
+/* CALL with FA_L2 a compile-time constant: pf's hint (pf NULL: 0, nothing is asked for then). */
+#define FA_BY_ASK(pf, CALL)                                                                        \
+    do {                                                                                           \
+        if ((pf) && (pf)->l2) {                                                                    \
+            enum { FA_L2 = 1 };                                                                    \
+            CALL;                                                                                  \
+        } else {                                                                                   \
+            enum { FA_L2 = 0 };                                                                    \
+            CALL;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+/* One line into L2 (prefetcht1) where L2, else into L1 (prefetcht0); L2 is a constant. */
+static inline __attribute__((always_inline)) void fa__ask(const char *line, const int L2) {
+    if (L2) _mm_prefetch(line, _MM_HINT_T1);
+    else _mm_prefetch(line, _MM_HINT_T0);
+}
+
 /* The next k lines (k: a compile-time count in each caller), or those left. */
-static inline __attribute__((always_inline)) void fa__ask_lines(fa__asks *a, const int k) {
+static inline __attribute__((always_inline)) void fa__ask_lines(fa__asks *a, const int k,
+                                                                const int L2) {
     for (int u = 0; u < k; u++) {
         if (a->at >= a->end && !fa__asks_span(a)) return;
-        _mm_prefetch(a->at, _MM_HINT_T0);
+        fa__ask(a->at, L2);
         a->at += 64;
     }
 }
 
 /* Every line not asked for yet. */
-static inline void fa__ask_rest(fa__asks *a) {
+static inline __attribute__((always_inline)) void fa__ask_rest(fa__asks *a, const int L2) {
     do
-        for (; a->at < a->end; a->at += 64) _mm_prefetch(a->at, _MM_HINT_T0);
+        for (; a->at < a->end; a->at += 64) fa__ask(a->at, L2);
     while (fa__asks_span(a));
 }
 

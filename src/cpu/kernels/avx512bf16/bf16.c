@@ -167,10 +167,10 @@ void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst) 
 }
 
 /* Tiles of 4 rows x 4 keys as avx512.c's qk_rows, on pairs: 16 accumulators over d2, one
- * 16-way reduction, the scale applied to the sums. */
-void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
-                             const void *const *k, float scale, float *s, int64_t lds,
-                             const fa__prefetch *pf) {
+ * 16-way reduction, the scale applied to the sums. L2: the asks' hint (FA_BY_ASK). */
+FA_INLINE void qk_rows_bf16(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                            const void *const *k, float scale, float *s, int64_t lds,
+                            const fa__prefetch *pf, const int L2) {
     const int dfull = d2 / 16 * 16;
     const __m512 vs = _mm512_set1_ps(scale);
     fa__asks ask = fa__asks_begin(pf); /* asked for by the first 4 rows */
@@ -186,7 +186,7 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
             for (int c = 0; c < d2; c += 16) {
                 const __mmask16 mk = c < dfull ? (__mmask16)0xFFFF : tail_mask(d2 - c);
                 __m512bh kv[4], qv[4];
-                if (i0 == 0) fa__ask_lines(&ask, 4); /* a line per line loaded */
+                if (i0 == 0) fa__ask_lines(&ask, 4, L2); /* a line per line loaded */
                 for (int jj = 0; jj < 4; jj++)
                     kv[jj] = (__m512bh)_mm512_maskz_loadu_epi32(mk, kr[jj] + 4 * c);
                 for (int ii = 0; ii < 4; ii++)
@@ -198,16 +198,23 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
             fa__store_tile4(_mm512_mul_ps(vs, fa__sum16(acc)), m - i0 < 4 ? m - i0 : 4, n - j0,
                             s + i0 * lds + j0, lds);
         }
-    fa__ask_rest(&ask);
+    fa__ask_rest(&ask, L2);
+}
+
+void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                             const void *const *k, float scale, float *s, int64_t lds,
+                             const fa__prefetch *pf) {
+    FA_BY_ASK(pf, qk_rows_bf16(m, n, d2, q, ldq, k, scale, s, lds, pf, FA_L2));
 }
 
 /* Decode's pv_rows on pairs: O = diag(alpha) O + P V for rows i0..i0+3 and 64 columns at a time.
  * Keys go in pairs (2t, 2t + 1); vpermt2w interleaves the two V rows' columns into pairs, so
  * each vdpbf16ps does two keys' products per column; an odd last key pairs with a zero P. The
- * sum over the keys is taken on its own and then added to alpha O, as avx512.c's pv_rows does. */
-void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ldp,
-                             const void *const *v, const float *alpha, float *o, int64_t ldo,
-                             const fa__prefetch *pf) {
+ * sum over the keys is taken on its own and then added to alpha O, as avx512.c's pv_rows does.
+ * L2: the asks' hint (FA_BY_ASK). */
+FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp,
+                            const void *const *v, const float *alpha, float *o, int64_t ldo,
+                            const fa__prefetch *pf, const int L2) {
     static const uint16_t lo_hi[64] = { /* pair k of the low / high 16 columns: (A[k], B[k]) */
         0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
         8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47,
@@ -226,7 +233,7 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
             const __m512 z = _mm512_setzero_ps();
             __m512 acc[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
             for (int t = 0; t < n2; t++) {
-                if (i0 == 0) fa__ask_lines(&ask, 4); /* 2 rows x 128 bytes loaded */
+                if (i0 == 0) fa__ask_lines(&ask, 4, L2); /* 2 rows x 128 bytes loaded */
                 const char *va = v[2 * t], *vb = 2 * t + 1 < n ? v[2 * t + 1] : va;
                 __m512bh s[4]; /* row ii's probabilities of keys 2t, 2t + 1 */
                 for (int ii = 0; ii < 4; ii++)
@@ -254,7 +261,13 @@ void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ld
                 }
             }
         }
-    fa__ask_rest(&ask);
+    fa__ask_rest(&ask, L2);
+}
+
+void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ldp,
+                             const void *const *v, const float *alpha, float *o, int64_t ldo,
+                             const fa__prefetch *pf) {
+    FA_BY_ASK(pf, pv_rows_bf16(m, n, d, p2, ldp, v, alpha, o, ldo, pf, FA_L2));
 }
 
 /* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
