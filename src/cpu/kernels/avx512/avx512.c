@@ -331,26 +331,43 @@ FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
     fa__ask_rest(&ask, L2);
 }
 
-/* qk_rows' last rows when m % 4 is 1 or 2, rows 0.. of q and s (callers offset them). */
-static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
-                                                  int64_t ldq, const void *const *k, int32_t dtype,
-                                                  float *s, int64_t lds, const fa__prefetch *pf) {
-    FA_BY_ASK(pf, FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(rows, n, d, q, ldq, k, FA_DT,
-                                                                 FA_DK, s, lds, pf, FA_L2))));
-}
+/* The products' entry points come in pairs, one per hint (L2: 0 into L1, 1 into L2; fa__asks),
+ * each a function of its own: with both hints' copies in one function gcc had kept the fp16 pv
+ * loop's row index and asks on the stack, a load and a store per key. */
+#define FA_QK_PARAMS                                                                               \
+    int m, int n, int d, const float *q, int64_t ldq, const void *const *k, int32_t dtype,       \
+        float *s, int64_t lds, const fa__prefetch *pf
+#define FA_QK_ARGS m, n, d, q, ldq, k, dtype, s, lds, pf
 
-/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. */
-static void qk_rows_avx512(int m, int n, int d, const float *q, int64_t ldq,
-                           const void *const *k, int32_t dtype, float *s, int64_t lds,
-                           const fa__prefetch *pf) {
-    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
+/* qk_rows' 4-row tiles, m a multiple of 4 or 3 more. */
+FA_INLINE void qk_tiles(FA_QK_PARAMS, const int L2) {
+    FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf,
+                                                    L2)));
+}
+static __attribute__((noinline)) void qk_tiles_l1(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 0); }
+static __attribute__((noinline)) void qk_tiles_l2(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 1); }
+
+/* qk_rows' last rows when m % 4 is 1 or 2 (m = those rows), rows 0.. of q and s (callers offset
+ * them). */
+FA_INLINE void qk_few(FA_QK_PARAMS, const int L2) {
+    FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf,
+                                                   L2)));
+}
+static __attribute__((noinline)) void qk_few_l1(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 0); }
+static __attribute__((noinline)) void qk_few_l2(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 1); }
+
+/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_few. */
+static void qk_rows_avx512(FA_QK_PARAMS) {
+    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few, l2 = pf && pf->l2;
     if (m4 > 0) {
-        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT,
-                                                                     FA_DK, s, lds, pf, FA_L2))));
+        (l2 ? qk_tiles_l2 : qk_tiles_l1)(m4, n, d, q, ldq, k, dtype, s, lds, pf);
         pf = NULL; /* asked for already */
     }
-    if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
+    if (few)
+        (l2 ? qk_few_l2 : qk_few_l1)(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
 }
+#undef FA_QK_ARGS
+#undef FA_QK_PARAMS
 
 /* Rows i0..i0+3 of O, columns [c, c + 16·W) (W = 1..4 chunks; the last may be partial):
  * 4·W named accumulators summed over the keys, then alpha O + sum. Named scalars, not an array,
@@ -544,36 +561,46 @@ FA_INLINE void pv_few_dt(int rows, int n, int d, const float *p, int64_t ldp,
     else pv_rows_last(1, n, d, p, ldp, v, DT, alpha, o, ldo, pf, L2);
 }
 
-/* pv_rows' last rows when m % 4 is 1 or 2, rows 0.. of p, alpha and o (callers offset them). */
-static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const float *p,
-                                                  int64_t ldp, const void *const *v, int32_t dtype,
-                                                  const float *alpha, float *o, int64_t ldo,
-                                                  const fa__prefetch *pf) {
-    if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
-        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf,
-                                                   FA_L2)));
-    else
-        FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf,
-                                                   FA_L2)));
-}
+/* Entry points in pairs, one per hint, as qk_rows'. */
+#define FA_PV_PARAMS                                                                               \
+    int m, int n, int d, const float *p, int64_t ldp, const void *const *v, int32_t dtype,       \
+        const float *alpha, float *o, int64_t ldo, const fa__prefetch *pf
+#define FA_PV_ARGS m, n, d, p, ldp, v, dtype, alpha, o, ldo, pf
 
-/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. */
-static void pv_rows_avx512(int m, int n, int d, const float *p, int64_t ldp,
-                           const void *const *v, int32_t dtype, const float *alpha, float *o,
-                           int64_t ldo, const fa__prefetch *pf) {
-    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
+/* pv_rows' 4-row tiles, m a multiple of 4 or 3 more. */
+FA_INLINE void pv_tiles(FA_PV_PARAMS, const int L2) {
+    if (m % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
+        FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf, L2));
+    else
+        FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf, L2));
+}
+static __attribute__((noinline)) void pv_tiles_l1(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 0); }
+static __attribute__((noinline)) void pv_tiles_l2(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 1); }
+
+/* pv_rows' last rows when m % 4 is 1 or 2 (m = those rows), rows 0.. of p, alpha and o (callers
+ * offset them). */
+FA_INLINE void pv_few(FA_PV_PARAMS, const int L2) {
+    if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
+        FA_BY_DTYPE(dtype, pv_few_dt(m, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf, L2));
+    else
+        FA_BY_DTYPE(dtype, pv_few_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf, L2));
+}
+static __attribute__((noinline)) void pv_few_l1(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 0); }
+static __attribute__((noinline)) void pv_few_l2(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 1); }
+
+/* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_few. */
+static void pv_rows_avx512(FA_PV_PARAMS) {
+    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few, l2 = pf && pf->l2;
     if (m4 > 0) {
-        if (m4 % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
-            FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, 128, v, FA_DT, 1, alpha, o,
-                                                        ldo, pf, FA_L2)));
-        else
-            FA_BY_ASK(pf, FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, 0, alpha, o,
-                                                        ldo, pf, FA_L2)));
+        (l2 ? pv_tiles_l2 : pv_tiles_l1)(m4, n, d, p, ldp, v, dtype, alpha, o, ldo, pf);
         pf = NULL; /* asked for already */
     }
     if (few)
-        pv_rows_few(few, n, d, p + m4 * ldp, ldp, v, dtype, alpha + m4, o + m4 * ldo, ldo, pf);
+        (l2 ? pv_few_l2 : pv_few_l1)(few, n, d, p + m4 * ldp, ldp, v, dtype, alpha + m4,
+                                     o + m4 * ldo, ldo, pf);
 }
+#undef FA_PV_ARGS
+#undef FA_PV_PARAMS
 
 /* 16 x 16 blocks through unpack, shuffle and 128-bit lane shuffles; rows past n load as zeros,
  * columns past d and n are not stored. */

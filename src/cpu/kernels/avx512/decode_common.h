@@ -35,7 +35,8 @@ static inline __m512 fa__sum16(__m512 v[16]) {
  * keep pace with its reads, and at its end for any left (fa__ask_rest). On Zen 5, where the
  * products had asked a line of each of several rows per step, this took 0.87 (fp32), 0.94 (bf16)
  * and 0.96-1.05 (fp16) of the time at 32k tokens (bench/results/2026-12-02-decode-zen5-asks.md).
- * The hint is the caller's (fa__prefetch.l2), a compile-time L2 in each product (FA_BY_ASK):
+ * The hint is the caller's (fa__prefetch.l2), a compile-time L2 in each product (FA_BY_ASK, or
+ * an entry point per hint):
  * prefetcht0 on Zen 5, where decode took 0.75-0.93 of prefetcht1's time
  * (bench/results/2026-12-02-decode-zen5-order.md); prefetcht1 on Sapphire Rapids, where it took
  * 0.79-0.88 of prefetcht0's time at 16k-64k tokens (bench/results/2026-12-03-decode-spr-l2.md). */
