@@ -44,7 +44,7 @@ static void detect(void) {
     const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
     features.bf16_dot_fast = features.avx512bf16 && amd;
     /* Decode's prefetches of the next rows (kernels.h: fa__prefetch): on Sapphire Rapids AVX-512
-     * decode took 0.79-0.88 of its time at 16k-64k tokens asking into L2 rather than L1
+     * decode took 0.78-0.95 of its time at 16k-64k tokens asking into L2 rather than L1
      * (bench/results/2026-12-03-decode-spr-l2.md); on Zen 5 asking into L1 took 0.75-0.93 of
      * the time into L2 (2026-12-02-decode-zen5-order.md). By vendor, as above. */
     const int intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* GenuineIntel */
