@@ -45,7 +45,7 @@ enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
 
 static const fa__cpu_kernels *chosen;
 #if defined(FA_HAVE_AVX512)
-static fa__cpu_kernels with_bf16; /* a set plus the bf16 entries this CPU can run */
+static fa__cpu_kernels tuned; /* the avx512 set with this CPU's entries: bf16, L2 asks */
 #endif
 /* The avx512 set's vdpbf16ps products: 1 wherever AVX512_BF16 is (FA_CPU_ISA=avx512bf16), 0
  * where they are also fast (features.h: bf16_dot_fast), -1 never (FA_CPU_ISA named a set). */
@@ -105,25 +105,40 @@ static void add_bf16(void) {
         memcpy(choice_note, note, sizeof note);
         return;
     }
-    with_bf16 = *chosen;
-    with_bf16.qk_bf16 = fa__qk_bf16_avx512;
-    with_bf16.pv_bf16 = fa__pv_bf16_avx512;
-    with_bf16.pv_bf16_t = fa__pv_bf16_t_avx512;
-    with_bf16.to_bf16 = fa__to_bf16_avx512;
-    with_bf16.interleave_bf16 = fa__interleave_bf16_avx512;
-    with_bf16.pair_bf16 = fa__pair_bf16_avx512;
-    with_bf16.bwd_pair_bf16 = fa__bwd_pair_bf16_avx512;
-    with_bf16.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
-    with_bf16.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
-    chosen = &with_bf16;
+    tuned = *chosen;
+    tuned.qk_bf16 = fa__qk_bf16_avx512;
+    tuned.pv_bf16 = fa__pv_bf16_avx512;
+    tuned.pv_bf16_t = fa__pv_bf16_t_avx512;
+    tuned.to_bf16 = fa__to_bf16_avx512;
+    tuned.interleave_bf16 = fa__interleave_bf16_avx512;
+    tuned.pair_bf16 = fa__pair_bf16_avx512;
+    tuned.bwd_pair_bf16 = fa__bwd_pair_bf16_avx512;
+    tuned.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
+    tuned.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
+    chosen = &tuned;
     snprintf(note, sizeof note, " + avx512_bf16%.100s", choice_note);
     memcpy(choice_note, note, sizeof note);
+#endif
+}
+
+/* The avx512 set's decode products ask for the next rows into L2 where this CPU reads best so
+ * (features.h: asks_l2), as the avx2 and neon sets' always do. */
+static void add_l2_asks(void) {
+#if defined(FA_HAVE_AVX512)
+    if (!fa__cpu_features_get()->asks_l2) return;
+    if (chosen == &fa__cpu_kernels_avx512) tuned = *chosen, chosen = &tuned;
+    if (chosen != &tuned) return;
+    tuned.qk_rows = fa__qk_rows_l2_avx512;
+    tuned.pv_rows = fa__pv_rows_l2_avx512;
+    if (tuned.qk_rows_bf16) tuned.qk_rows_bf16 = fa__qk_rows_bf16_l2_avx512;
+    if (tuned.pv_rows_bf16) tuned.pv_rows_bf16 = fa__pv_rows_bf16_l2_avx512;
 #endif
 }
 
 static void choose(void) {
     choose_set();
     add_bf16();
+    add_l2_asks();
 }
 
 const fa__cpu_kernels *fa__cpu_kernels_get(void) {

@@ -43,7 +43,7 @@ static void detect(void) {
     __get_cpuid(0, &a, &b, &c, &d);
     const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* AuthenticAMD */
     features.bf16_dot_fast = features.avx512bf16 && amd;
-    /* Decode's prefetches of the next rows (kernels.h: fa__prefetch): on Sapphire Rapids AVX-512
+    /* Decode's prefetches of the next rows (dispatch.c: add_l2_asks): on Sapphire Rapids AVX-512
      * decode took 0.78-0.95 of its time at 16k-64k tokens asking into L2 rather than L1
      * (bench/results/2026-12-03-decode-spr-l2.md); on Zen 5 asking into L1 took 0.75-0.93 of
      * the time into L2 (2026-12-02-decode-zen5-order.md). By vendor, as above. */

@@ -29,7 +29,6 @@
  * so results are bitwise identical for any number of threads.
  */
 #include "cpu.h"
-#include "features.h"
 
 #include "tile.h"
 
@@ -65,7 +64,6 @@ typedef struct fwd_plan {
     float *scratch;      /* [threads][scratch_floats] */
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
-    int asks_l2;              /* decode's prefetches into L2 (fa__prefetch.l2) */
     int64_t ldk, ldv;         /* row strides of the packed fp32 Kᵀ and V (fa__packed_ld) */
     /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ (per chunk of
      * FA_BC keys a block pack's [D, FA_BC], ld ldk, one after the other) and V ([Sk, D], ld ldv)
@@ -212,14 +210,14 @@ static int head_rows(const decode_group *gr, int64_t hk, int c, const void **row
  * as a base and a count, with no row list to build (the list took about a tenth of decode's time
  * from L3 on Zen 5; on Zen 3 AVX2 decode took 0.96-0.99 of its time without it). */
 static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next, int64_t hk,
-                               int l2, const void **ask) {
+                               const void **ask) {
     const int64_t part = hk - cur->ha, parts = cur->hb - cur->ha;
     if (!next->range)
-        return (fa__prefetch){ask, group_part(next, part, parts, ask), next->bytes, NULL, l2};
+        return (fa__prefetch){ask, group_part(next, part, parts, ask), next->bytes, NULL};
     int64_t lo;
     const int n = group_share(next, part, parts, &lo);
     const char *base = (const char *)next->rows0[next->j0] + (next->ha - next->h0) * next->step;
-    return (fa__prefetch){NULL, n, next->bytes, base + lo * next->bytes, l2};
+    return (fa__prefetch){NULL, n, next->bytes, base + lo * next->bytes};
 }
 
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
@@ -267,7 +265,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, k);
-                const fa__prefetch pf = decode_ask(&cur, &next, hk, pl->asks_l2, ask);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
                 float *s = t->S + (hk - h0) * R * FA_BC + jg; // s: [R, c]
                 if (qbf16)
                     kern->qk_rows_bf16((int)R, cur.c, (int)(D / 2), (const uint32_t *)t->Q +
@@ -296,7 +294,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, v);
-                const fa__prefetch pf = decode_ask(&cur, &next, hk, pl->asks_l2, ask);
+                const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
                 const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
@@ -612,8 +610,7 @@ static void head_packs(fwd_plan *pl, int nthreads) {
 }
 
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
-    fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk,
-                   .asks_l2 = fa__cpu_features_get()->asks_l2};
+    fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
     pl.br = FA_ROWS / pl.g;
     if (pl.br < 1) pl.br = 1;
     if (pl.br > FA_BR_MAX) pl.br = FA_BR_MAX;

@@ -11,14 +11,11 @@
 #include <stdint.h>
 
 /* Rows to bring into cache while a decode product runs: rows[0..n), `bytes` bytes each; rows
- * NULL: the n rows lie back to back from base (fa__prefetch_row). l2: into L2 (prefetcht1),
- * else into L1 (prefetcht0), as the CPU reads best (features.h: asks_l2); the AVX-512 products
- * follow it, the AVX2 and NEON ones always ask into L2. */
+ * NULL: the n rows lie back to back from base (fa__prefetch_row). */
 typedef struct fa__prefetch {
     const void *const *rows;
     int n, bytes;
     const char *base;
-    int l2;
 } fa__prefetch;
 
 /* Row r (< pf->n) of pf. */
@@ -215,5 +212,20 @@ void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ld
 void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p, int64_t ldp,
                              const void *const *v, const float *alpha, float *o, int64_t ldo,
                              const fa__prefetch *pf);
+
+/* The avx512 set's decode products (and their bf16 variants) asking into L2 (prefetcht1) where
+ * the set's own ask into L1 (prefetcht0); dispatch.c fits them in where the CPU reads best so
+ * (features.h: asks_l2). The AVX2 and NEON products always ask into L2. */
+void fa__qk_rows_l2_avx512(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
+                           int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf);
+void fa__pv_rows_l2_avx512(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
+                           int32_t dtype, const float *alpha, float *o, int64_t ldo,
+                           const fa__prefetch *pf);
+void fa__qk_rows_bf16_l2_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                                const void *const *k, float scale, float *s, int64_t lds,
+                                const fa__prefetch *pf);
+void fa__pv_rows_bf16_l2_avx512(int m, int n, int d, const uint32_t *p, int64_t ldp,
+                                const void *const *v, const float *alpha, float *o, int64_t ldo,
+                                const fa__prefetch *pf);
 
 #endif /* FA_CPU_KERNELS_H */

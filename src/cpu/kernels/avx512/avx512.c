@@ -331,9 +331,9 @@ FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
     fa__ask_rest(&ask, L2);
 }
 
-/* The products' entry points come in pairs, one per hint (L2: 0 into L1, 1 into L2; fa__asks),
- * each a function of its own: with both hints' copies in one function gcc had kept the fp16 pv
- * loop's row index and asks on the stack, a load and a store per key. */
+/* The products come once per hint (L2: 0 asks into L1, 1 into L2; fa__ask), each in functions
+ * of its own: with both hints' copies in one function gcc had kept the fp16 pv loop's row index
+ * and asks on the stack, a load and a store per key. */
 #define FA_QK_PARAMS                                                                               \
     int m, int n, int d, const float *q, int64_t ldq, const void *const *k, int32_t dtype,       \
         float *s, int64_t lds, const fa__prefetch *pf
@@ -357,15 +357,17 @@ static __attribute__((noinline)) void qk_few_l1(FA_QK_PARAMS) { qk_few(FA_QK_ARG
 static __attribute__((noinline)) void qk_few_l2(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 1); }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_few. */
-static void qk_rows_avx512(FA_QK_PARAMS) {
-    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few, l2 = pf && pf->l2;
+FA_INLINE void qk_rows_at(FA_QK_PARAMS, const int L2) {
+    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        (l2 ? qk_tiles_l2 : qk_tiles_l1)(m4, n, d, q, ldq, k, dtype, s, lds, pf);
+        (L2 ? qk_tiles_l2 : qk_tiles_l1)(m4, n, d, q, ldq, k, dtype, s, lds, pf);
         pf = NULL; /* asked for already */
     }
     if (few)
-        (l2 ? qk_few_l2 : qk_few_l1)(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
+        (L2 ? qk_few_l2 : qk_few_l1)(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
 }
+static void qk_rows_avx512(FA_QK_PARAMS) { qk_rows_at(FA_QK_ARGS, 0); }
+void fa__qk_rows_l2_avx512(FA_QK_PARAMS) { qk_rows_at(FA_QK_ARGS, 1); }
 #undef FA_QK_ARGS
 #undef FA_QK_PARAMS
 
@@ -589,16 +591,18 @@ static __attribute__((noinline)) void pv_few_l1(FA_PV_PARAMS) { pv_few(FA_PV_ARG
 static __attribute__((noinline)) void pv_few_l2(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 1); }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_few. */
-static void pv_rows_avx512(FA_PV_PARAMS) {
-    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few, l2 = pf && pf->l2;
+FA_INLINE void pv_rows_at(FA_PV_PARAMS, const int L2) {
+    const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        (l2 ? pv_tiles_l2 : pv_tiles_l1)(m4, n, d, p, ldp, v, dtype, alpha, o, ldo, pf);
+        (L2 ? pv_tiles_l2 : pv_tiles_l1)(m4, n, d, p, ldp, v, dtype, alpha, o, ldo, pf);
         pf = NULL; /* asked for already */
     }
     if (few)
-        (l2 ? pv_few_l2 : pv_few_l1)(few, n, d, p + m4 * ldp, ldp, v, dtype, alpha + m4,
+        (L2 ? pv_few_l2 : pv_few_l1)(few, n, d, p + m4 * ldp, ldp, v, dtype, alpha + m4,
                                      o + m4 * ldo, ldo, pf);
 }
+static void pv_rows_avx512(FA_PV_PARAMS) { pv_rows_at(FA_PV_ARGS, 0); }
+void fa__pv_rows_l2_avx512(FA_PV_PARAMS) { pv_rows_at(FA_PV_ARGS, 1); }
 #undef FA_PV_ARGS
 #undef FA_PV_PARAMS
 

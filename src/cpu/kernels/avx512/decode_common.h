@@ -35,8 +35,8 @@ static inline __m512 fa__sum16(__m512 v[16]) {
  * keep pace with its reads, and at its end for any left (fa__ask_rest). On Zen 5, where the
  * products had asked a line of each of several rows per step, this took 0.87 (fp32), 0.94 (bf16)
  * and 0.96-1.05 (fp16) of the time at 32k tokens (bench/results/2026-12-02-decode-zen5-asks.md).
- * The hint is the caller's (fa__prefetch.l2), a compile-time L2 in each product (FA_BY_ASK, or
- * an entry point per hint):
+ * The hint is a compile-time L2 in each product, whose entry points come one per hint
+ * (dispatch.c picks, kernels.h: fa__qk_rows_l2_avx512):
  * prefetcht0 on Zen 5, where decode took 0.75-0.93 of prefetcht1's time
  * (bench/results/2026-12-02-decode-zen5-order.md); prefetcht1 on Sapphire Rapids, where it took
  * 0.78-0.95 of prefetcht0's time at 16k-64k tokens (bench/results/2026-12-03-decode-spr-l2.md). */
@@ -68,18 +68,6 @@ static inline fa__asks fa__asks_begin(const fa__prefetch *pf) {
     fa__asks_span(&a);
     return a;
 }
-
-/* CALL with FA_L2 a compile-time constant: pf's hint (pf NULL: 0, nothing is asked for then). */
-#define FA_BY_ASK(pf, CALL)                                                                        \
-    do {                                                                                           \
-        if ((pf) && (pf)->l2) {                                                                    \
-            enum { FA_L2 = 1 };                                                                    \
-            CALL;                                                                                  \
-        } else {                                                                                   \
-            enum { FA_L2 = 0 };                                                                    \
-            CALL;                                                                                  \
-        }                                                                                          \
-    } while (0)
 
 /* One line into L2 (prefetcht1) where L2, else into L1 (prefetcht0); L2 is a constant. */
 static inline __attribute__((always_inline)) void fa__ask(const char *line, const int L2) {

@@ -167,7 +167,7 @@ void fa__pair_bf16_avx512(int n, const float *a, const float *b, uint32_t *dst) 
 }
 
 /* Tiles of 4 rows x 4 keys as avx512.c's qk_rows, on pairs: 16 accumulators over d2, one
- * 16-way reduction, the scale applied to the sums. L2: the asks' hint (FA_BY_ASK). */
+ * 16-way reduction, the scale applied to the sums. L2: asks into L2, else L1 (fa__ask). */
 FA_INLINE void qk_rows_bf16(int m, int n, int d2, const uint32_t *q, int64_t ldq,
                             const void *const *k, float scale, float *s, int64_t lds,
                             const fa__prefetch *pf, const int L2) {
@@ -204,14 +204,20 @@ FA_INLINE void qk_rows_bf16(int m, int n, int d2, const uint32_t *q, int64_t ldq
 void fa__qk_rows_bf16_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
                              const void *const *k, float scale, float *s, int64_t lds,
                              const fa__prefetch *pf) {
-    FA_BY_ASK(pf, qk_rows_bf16(m, n, d2, q, ldq, k, scale, s, lds, pf, FA_L2));
+    qk_rows_bf16(m, n, d2, q, ldq, k, scale, s, lds, pf, 0);
+}
+
+void fa__qk_rows_bf16_l2_avx512(int m, int n, int d2, const uint32_t *q, int64_t ldq,
+                                const void *const *k, float scale, float *s, int64_t lds,
+                                const fa__prefetch *pf) {
+    qk_rows_bf16(m, n, d2, q, ldq, k, scale, s, lds, pf, 1);
 }
 
 /* Decode's pv_rows on pairs: O = diag(alpha) O + P V for rows i0..i0+3 and 64 columns at a time.
  * Keys go in pairs (2t, 2t + 1); vpermt2w interleaves the two V rows' columns into pairs, so
  * each vdpbf16ps does two keys' products per column; an odd last key pairs with a zero P. The
  * sum over the keys is taken on its own and then added to alpha O, as avx512.c's pv_rows does.
- * L2: the asks' hint (FA_BY_ASK). */
+ * L2: as in qk_rows_bf16. */
 FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp,
                             const void *const *v, const float *alpha, float *o, int64_t ldo,
                             const fa__prefetch *pf, const int L2) {
@@ -267,7 +273,13 @@ FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp
 void fa__pv_rows_bf16_avx512(int m, int n, int d, const uint32_t *p2, int64_t ldp,
                              const void *const *v, const float *alpha, float *o, int64_t ldo,
                              const fa__prefetch *pf) {
-    FA_BY_ASK(pf, pv_rows_bf16(m, n, d, p2, ldp, v, alpha, o, ldo, pf, FA_L2));
+    pv_rows_bf16(m, n, d, p2, ldp, v, alpha, o, ldo, pf, 0);
+}
+
+void fa__pv_rows_bf16_l2_avx512(int m, int n, int d, const uint32_t *p2, int64_t ldp,
+                                const void *const *v, const float *alpha, float *o, int64_t ldo,
+                                const fa__prefetch *pf) {
+    pv_rows_bf16(m, n, d, p2, ldp, v, alpha, o, ldo, pf, 1);
 }
 
 /* The backward's row step on a pair of rows (kernels.h), 16 keys at a time: the same operations
