@@ -6,8 +6,10 @@
  *
  * Shape of the decode bench: by default 4 query rows per KV head (H = 32, Hk = 8; the second
  * argument sets it: 1 for MHA), D = 128, blocks of 128 keys of 8 KV heads, BSHD rows (a key's
- * heads side by side), and the decode's own keys per call (qk: 8 of fp32 K, 64 of fp16/bf16;
- * pv: 8 of fp32 V, 32 of fp16/bf16). The rows' L keys (default 64: 64 x 8 heads, 256 KiB of
+ * heads side by side), and the decode's own keys per call (8 of fp32 K or V; of fp16/bf16 the
+ * kernel set's decode_keys_half, 16 and 16 on AVX-512), each head with its own scores and output
+ * rows, as in decode (one shared output row set had each call's loads wait on the stores of the
+ * call before). The rows' L keys (default 64: 64 x 8 heads, 256 KiB of
  * fp32 K and as much V) are reused every repetition, so they stay in L2. Per kernel set and
  * dtype it prints the best of 40 short timings (the host's other load only ever adds time) of qk
  * alone, pv alone and both, in ns per key and KV head, and the cache-read rate one core could
@@ -41,13 +43,16 @@ static double now(void) {
 
 /* Best time per key and KV head of `which` (1 qk, 2 pv, 3 both) over L keys, in ns. q2: the
  * query rows as bf16 pairs for decode's bf16 dot-product path (qk_rows_bf16, and pv_rows_bf16
- * on P rounded to bf16, the rounding timed with it); NULL: qk_rows and pv_rows. */
+ * on P rounded to bf16, the rounding timed with it); NULL: qk_rows and pv_rows. s: each head's
+ * scores, [HK][MAX_ROWS, BLOCK]; o: each head's output rows, [HK][MAX_ROWS, D]. */
 static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, int which,
                            const char *k, const char *v, const float *q, const uint32_t *q2,
                            float *s, float *o) {
     static const float alpha[MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
-    const int qkk = dtype == FA_DTYPE_F32 ? 8 : 64, pvk = dtype == FA_DTYPE_F32 ? 8 : 32;
+    /* keys per call as decode makes them (fwd.c: 8 of fp32, the kernel set's decode_keys_half) */
+    const int qkk = dtype == FA_DTYPE_F32 ? 8 : kern->decode_keys_half[0];
+    const int pvk = dtype == FA_DTYPE_F32 ? 8 : kern->decode_keys_half[1];
     const long passes = L < 16 * 1024 ? 16L * 1024 / L : 1; /* about 16k keys per timing */
     const void *rows[BLOCK];
     double best = 1e300;
@@ -58,27 +63,30 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                 const int n = L - j0 < BLOCK ? L - j0 : BLOCK;
                 for (int jg = 0; (which & 1) && jg < n; jg += qkk)
                     for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [rows, c]
+                        float *sh = s + (size_t)h * MAX_ROWS * BLOCK; /* head h's scores */
                         const int c = n - jg < qkk ? n - jg : qkk;
                         for (int j = 0; j < c; j++)
                             rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
                         if (q2)
-                            kern->qk_rows_bf16(g_rows, c, D / 2, q2, D / 2, rows, 1.0f, s + jg,
+                            kern->qk_rows_bf16(g_rows, c, D / 2, q2, D / 2, rows, 1.0f, sh + jg,
                                                BLOCK, NULL);
                         else
-                            kern->qk_rows(g_rows, c, D, q, D, rows, dtype, s + jg, BLOCK, NULL);
+                            kern->qk_rows(g_rows, c, D, q, D, rows, dtype, sh + jg, BLOCK, NULL);
                     }
                 for (int jg = 0; (which & 2) && jg < n; jg += pvk)
                     for (int h = 0; h < HK; h++) { // O += P V: [rows, D]
+                        const float *sh = s + (size_t)h * MAX_ROWS * BLOCK;
+                        float *oh = o + (size_t)h * MAX_ROWS * D; /* head h's output rows */
                         const int c = n - jg < pvk ? n - jg : pvk;
                         for (int j = 0; j < c; j++)
                             rows[j] = v + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
                         if (q2) { /* as decode: P rounded to bf16 pairs, then the pair product */
                             uint32_t p2[MAX_ROWS * 16];
                             for (int r = 0; r < g_rows; r++)
-                                kern->to_bf16(c, s + r * BLOCK + jg, (uint16_t *)(p2 + r * 16));
-                            kern->pv_rows_bf16(g_rows, c, D, p2, 16, rows, alpha, o, D, NULL);
+                                kern->to_bf16(c, sh + r * BLOCK + jg, (uint16_t *)(p2 + r * 16));
+                            kern->pv_rows_bf16(g_rows, c, D, p2, 16, rows, alpha, oh, D, NULL);
                         } else {
-                            kern->pv_rows(g_rows, c, D, s + jg, BLOCK, rows, dtype, alpha, o, D,
+                            kern->pv_rows(g_rows, c, D, sh + jg, BLOCK, rows, dtype, alpha, oh, D,
                                           NULL);
                         }
                     }
@@ -117,14 +125,15 @@ int main(int argc, char **argv) {
     }
     const size_t bytes = (size_t)L * HK * D * 4;
     char *k = malloc(bytes), *v = malloc(bytes);
-    float *q = malloc(sizeof(float) * MAX_ROWS * D), *s = malloc(sizeof(float) * MAX_ROWS * BLOCK);
-    float *o = malloc(sizeof(float) * MAX_ROWS * D);
+    float *q = malloc(sizeof(float) * MAX_ROWS * D);
+    float *s = malloc(sizeof(float) * HK * MAX_ROWS * BLOCK), *o = malloc(sizeof(float) * HK * MAX_ROWS * D);
     if (!k || !v || !q || !s || !o) {
         fprintf(stderr, "bench_decode_kernels: out of memory\n");
         return 1;
     }
-    for (int i = 0; i < MAX_ROWS * D; i++) q[i] = 0.01f * (float)(i % 97), o[i] = 0.0f;
-    for (int i = 0; i < MAX_ROWS * BLOCK; i++) s[i] = 0.001f * (float)(i % 89);
+    for (int i = 0; i < MAX_ROWS * D; i++) q[i] = 0.01f * (float)(i % 97);
+    for (int i = 0; i < HK * MAX_ROWS * D; i++) o[i] = 0.0f;
+    for (int i = 0; i < HK * MAX_ROWS * BLOCK; i++) s[i] = 0.001f * (float)(i % 89);
 
     printf("decode kernels \"%s\": %d query rows per KV head, D=%d, %d keys x %d KV heads in L2\n",
            kern->name, g_rows, D, L, HK);
