@@ -63,7 +63,7 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                 const int n = L - j0 < BLOCK ? L - j0 : BLOCK;
                 for (int jg = 0; (which & 1) && jg < n; jg += qkk)
                     for (int h = 0; h < HK; h++) { // S = Q Kᵀ: [rows, c]
-                        float *sh = s + (size_t)h * MAX_ROWS * BLOCK; /* head h's scores */
+                        float *sh = s + (size_t)h * MAX_ROWS * BLOCK;
                         const int c = n - jg < qkk ? n - jg : qkk;
                         for (int j = 0; j < c; j++)
                             rows[j] = k + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
@@ -76,7 +76,7 @@ static double time_kernels(const fa__cpu_kernels *kern, int32_t dtype, int L, in
                 for (int jg = 0; (which & 2) && jg < n; jg += pvk)
                     for (int h = 0; h < HK; h++) { // O += P V: [rows, D]
                         const float *sh = s + (size_t)h * MAX_ROWS * BLOCK;
-                        float *oh = o + (size_t)h * MAX_ROWS * D; /* head h's output rows */
+                        float *oh = o + (size_t)h * MAX_ROWS * D;
                         const int c = n - jg < pvk ? n - jg : pvk;
                         for (int j = 0; j < c; j++)
                             rows[j] = v + ((size_t)(j0 + jg + j) * HK + (size_t)h) * D * es;
@@ -126,7 +126,8 @@ int main(int argc, char **argv) {
     const size_t bytes = (size_t)L * HK * D * 4;
     char *k = malloc(bytes), *v = malloc(bytes);
     float *q = malloc(sizeof(float) * MAX_ROWS * D);
-    float *s = malloc(sizeof(float) * HK * MAX_ROWS * BLOCK), *o = malloc(sizeof(float) * HK * MAX_ROWS * D);
+    float *s = malloc(sizeof(float) * HK * MAX_ROWS * BLOCK); /* each head's S and O */
+    float *o = malloc(sizeof(float) * HK * MAX_ROWS * D);
     if (!k || !v || !q || !s || !o) {
         fprintf(stderr, "bench_decode_kernels: out of memory\n");
         return 1;
