@@ -46,9 +46,13 @@ static void detect(void) {
     /* Decode's prefetches of the next rows (dispatch.c: add_l2_asks): on Sapphire Rapids AVX-512
      * decode took 0.78-0.95 of its time at 16k-64k tokens asking into L2 rather than L1
      * (bench/results/2026-12-03-decode-spr-l2.md); on Zen 5 asking into L1 took 0.75-0.93 of
-     * the time into L2 (2026-12-02-decode-zen5-order.md). By vendor, as above. */
+     * the time into L2 (2026-12-02-decode-zen5-order.md); on Zen 4 (family 0x19) asking into
+     * L2 took 0.62-0.74 of the time into L1 at 16k and 64k tokens, fp32, fp16 and bf16
+     * (2026-12-04-decode-zen4-l2.md). By vendor and family, as above. */
     const int intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* GenuineIntel */
-    features.asks_l2 = intel;
+    __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned family = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
+    features.asks_l2 = intel || (amd && family < 0x1a); /* Zen 5 is family 0x1a */
     features.fma = features.fma && ymm_state;
     features.f16c = features.f16c && ymm_state;
 }

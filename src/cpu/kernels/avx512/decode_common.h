@@ -39,7 +39,8 @@ static inline __m512 fa__sum16(__m512 v[16]) {
  * (dispatch.c picks, kernels.h: fa__qk_rows_l2_avx512):
  * prefetcht0 on Zen 5, where decode took 0.75-0.93 of prefetcht1's time
  * (bench/results/2026-12-02-decode-zen5-order.md); prefetcht1 on Sapphire Rapids, where it took
- * 0.78-0.95 of prefetcht0's time at 16k-64k tokens (bench/results/2026-12-03-decode-spr-l2.md). */
+ * 0.78-0.95 of prefetcht0's time at 16k-64k tokens (bench/results/2026-12-03-decode-spr-l2.md),
+ * and on Zen 4, where it took 0.62-0.74 (bench/results/2026-12-04-decode-zen4-l2.md). */
 typedef struct fa__asks {
     const char *at, *end; /* the next line to ask for, and the end of its span */
     const void *const *rows;
