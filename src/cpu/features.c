@@ -23,6 +23,8 @@ static uint64_t xgetbv0(void) {
 static void detect(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const unsigned base_family = (a >> 8) & 0xf; /* family: base, plus extended where base is 0xf */
+    const unsigned family = base_family == 0xf ? 0xf + ((a >> 20) & 0xff) : base_family;
     const int osxsave = (c >> 27) & 1;
     features.fma = (c >> 12) & 1;
     features.f16c = (c >> 29) & 1;
@@ -50,8 +52,6 @@ static void detect(void) {
      * L2 took 0.62-0.74 of the time into L1 at 16k and 64k tokens, fp32, fp16 and bf16
      * (2026-12-04-decode-zen4-l2.md). By vendor and family, as above. */
     const int intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* GenuineIntel */
-    __get_cpuid(1, &a, &b, &c, &d);
-    const unsigned family = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
     features.asks_l2 = intel || (amd && family < 0x1a); /* Zen 5 is family 0x1a */
     features.fma = features.fma && ymm_state;
     features.f16c = features.f16c && ymm_state;
