@@ -30,6 +30,8 @@
  *             V as kernels
  *   kh4       K token by token in tiles of 4 heads, a chunk of each head in turn (no asks), V as
  *             kernels
+ *   vtiles    kernels with V's column passes reading 4 keys at a time, a chunk of each in turn
+ *   vtiles2   the same, 2 keys at a time
  * Options: -q: each head has its own query rows (16 KiB for 8 heads, as in decode), not one 2 KiB
  * set; -h: fp16 rows, widened in registers (vcvtph2ps); -g N: tokens per group (decode: 8 of
  * fp32, 16 of fp16); -p HINT: the asks' prefetch hint (0: prefetcht0, 1: t1, 2: t2, 3: nta, 4:
@@ -112,12 +114,14 @@ enum {
     KSEQ,
     KH2T2,
     KH4,
+    VTILES,
+    VTILES2,
     NORDERS
 };
 
-static const char *const names[NORDERS] = {"sum",        "seq",   "group",   "next-call",
-                                           "next-group", "tiles", "strided", "kernels",
-                                           "pairs",      "kseq",  "kh2t2",   "kh4"};
+static const char *const names[NORDERS] = {"sum",   "seq",     "group",   "next-call", "next-group",
+                                           "tiles", "strided", "kernels", "pairs",     "kseq",
+                                           "kh2t2", "kh4",     "vtiles",  "vtiles2"};
 
 typedef struct run {
     const char *buf; /* K: tokens [0, ntok), V: [ntok, 2 ntok) */
@@ -221,7 +225,21 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
                 for (int c = 0; c < D; c += 16)
                     fma_rows(r, h, p, c, i0, (NQ + 1) / 2, acc);
             }
-    else
+    else if (r->order == VTILES || r->order == VTILES2) {
+        const int kt = r->order == VTILES ? 4 : 2; /* keys at a time */
+        for (int c0 = 0; c0 < D; c0 += 64)
+            for (int j = 0; j < n; j += kt) {
+                const char *p[4];
+                for (int jj = 0; jj < kt; jj++)
+                    p[jj] = base + (g + (j + jj < n ? j + jj : j)) * token_b + h * row_b;
+                for (int c = c0; c < c0 + 64; c += 16) {
+                    *loaded += kt * 16 * es;
+                    ask_upto(next, asked, *loaded);
+                    for (int jj = 0; jj < kt; jj++)
+                        fma4(r, h, p[jj], c, acc);
+                }
+            }
+    } else
         for (int c0 = 0; c0 < D; c0 += 64)
             for (int j = 0; j < n; j++) {
                 *loaded += 64 * es;
@@ -244,7 +262,7 @@ static void group(const run *r, const char *base, size_t g, size_t ge, int v, co
     int asked = 0, loaded = 0; /* lines asked for, bytes loaded so far: a line per line loaded */
     for (int h = 0; h < HK; h++) {
         if (r->order == STRIDED || r->order == KERNELS || r->order == PAIRS || r->order == KSEQ ||
-            r->order == KH2T2 || r->order == KH4) {
+            r->order == KH2T2 || r->order == KH4 || r->order == VTILES || r->order == VTILES2) {
             products(r, base, g, n, h, v, next, &asked, &loaded, acc);
             continue;
         }
