@@ -101,23 +101,11 @@ enum { HK = 8, D = 128, BLOCK = 128 };
 /* Bytes of an element (4: fp32 rows, 2 with -h: fp16 rows, widened to fp32 in registers), of a
  * head's row and of a token; tokens per group (-g). */
 static int es = 4, row_b = D * 4, token_b = HK * D * 4, group_n = 8;
-enum {
-    SUM,
-    SEQ,
-    GROUPED,
-    NEXT_CALL,
-    NEXT_GROUP,
-    TILES,
-    STRIDED,
-    KERNELS,
-    PAIRS,
-    KSEQ,
-    KH2T2,
-    KH4,
-    VTILES,
-    VTILES2,
-    NORDERS
-};
+
+/* From STRIDED on, every order reads its groups through products() (the V phase alone where
+ * k_phase reads K its own way). */
+enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, STRIDED, KERNELS, PAIRS, KSEQ, KH2T2, KH4,
+       VTILES, VTILES2, NORDERS };
 
 static const char *const names[NORDERS] = {"sum",   "seq",     "group",   "next-call", "next-group",
                                            "tiles", "strided", "kernels", "pairs",     "kseq",
@@ -150,8 +138,7 @@ static inline __attribute__((always_inline)) void fma_rows(const run *r, int h, 
                                                            int c, int i0, int n, v16 acc[4]) {
     const float(*q)[D] = qrows[r->own_q ? h : 0];
     const v16 k = es == 4 ? v16_load((const float *)p + c) : v16_widen((const uint16_t *)p + c);
-    for (int i = i0; i < i0 + n; i++)
-        acc[i] = v16_fma(k, v16_load(q[i] + c), acc[i]);
+    for (int i = i0; i < i0 + n; i++) acc[i] = v16_fma(k, v16_load(q[i] + c), acc[i]);
 }
 
 /* fma_rows over the NQ query rows of head h. */
@@ -163,9 +150,10 @@ static inline __attribute__((always_inline)) void fma4(const run *r, int h, cons
 static int hint = 0; /* -p: the asks' hint, 0: prefetcht0, 1: t1, 2: t2, 3: nta, 4: a load */
 static _Thread_local unsigned touched; /* -p 4: the loaded bytes' sum, kept alive */
 static int ahead = 1;                  /* -d: the asks are for the group this many groups ahead */
+static size_t ask_skip;                /* the bytes from the next group to that one (main sets it) */
 
 static inline void ask(const char *line) {
-    line += (size_t)(ahead - 1) * (size_t)group_n * (size_t)token_b; /* past the buffer: harmless */
+    line += ask_skip; /* past the buffer: harmless, a prefetch does not fault (-p 4: no skip) */
     switch (hint) {
     case 1:
         _mm_prefetch(line, _MM_HINT_T1);
@@ -187,8 +175,7 @@ static inline void ask(const char *line) {
 /* Asks for lines of `next` until as many have been asked for as `loaded` bytes hold (a line per
  * line loaded, at either row size). */
 static inline void ask_upto(const char *next, int *asked, int loaded) {
-    for (; next && 64 * *asked < loaded; ++*asked)
-        ask(next + 64 * *asked);
+    for (; next && 64 * *asked < loaded; ++*asked) ask(next + 64 * *asked);
 }
 
 /* Head h's rows of a group as decode's products read them (strided, kernels): K (v = 0) as
@@ -210,8 +197,7 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
                         ask(share + (j + u) * row_b + es * c);
                 else
                     ask_upto(next, asked, *loaded);
-                for (int jj = 0; jj < 4; jj++)
-                    fma4(r, h, p[jj], c, acc);
+                for (int jj = 0; jj < 4; jj++) fma4(r, h, p[jj], c, acc);
             }
         }
     else if (r->order == PAIRS) /* (NQ + 1) / 2 rows a pass */
@@ -222,8 +208,7 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
                     ask_upto(next, asked, *loaded);
                 }
                 const char *p = base + (g + j) * token_b + h * row_b;
-                for (int c = 0; c < D; c += 16)
-                    fma_rows(r, h, p, c, i0, (NQ + 1) / 2, acc);
+                for (int c = 0; c < D; c += 16) fma_rows(r, h, p, c, i0, (NQ + 1) / 2, acc);
             }
     else if (r->order == VTILES || r->order == VTILES2) {
         const int kt = r->order == VTILES ? 4 : 2; /* keys at a time */
@@ -235,8 +220,7 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
                 for (int c = c0; c < c0 + 64; c += 16) {
                     *loaded += kt * 16 * es;
                     ask_upto(next, asked, *loaded);
-                    for (int jj = 0; jj < kt; jj++)
-                        fma4(r, h, p[jj], c, acc);
+                    for (int jj = 0; jj < kt; jj++) fma4(r, h, p[jj], c, acc);
                 }
             }
     } else
@@ -244,13 +228,11 @@ static void products(const run *r, const char *base, size_t g, int n, int h, int
             for (int j = 0; j < n; j++) {
                 *loaded += 64 * es;
                 if (strided) /* row j's lines of this pass */
-                    for (int u = 0; share && u < es; u++)
-                        ask(share + j * row_b + es * c0 + 64 * u);
+                    for (int u = 0; share && u < es; u++) ask(share + j * row_b + es * c0 + 64 * u);
                 else
                     ask_upto(next, asked, *loaded);
                 const char *p = base + (g + j) * token_b + h * row_b;
-                for (int c = c0; c < c0 + 64; c += 16)
-                    fma4(r, h, p, c, acc);
+                for (int c = c0; c < c0 + 64; c += 16) fma4(r, h, p, c, acc);
             }
 }
 
@@ -261,8 +243,7 @@ static void group(const run *r, const char *base, size_t g, size_t ge, int v, co
     const int n = (int)(ge - g);
     int asked = 0, loaded = 0; /* lines asked for, bytes loaded so far: a line per line loaded */
     for (int h = 0; h < HK; h++) {
-        if (r->order == STRIDED || r->order == KERNELS || r->order == PAIRS || r->order == KSEQ ||
-            r->order == KH2T2 || r->order == KH4 || r->order == VTILES || r->order == VTILES2) {
+        if (r->order >= STRIDED) {
             products(r, base, g, n, h, v, next, &asked, &loaded, acc);
             continue;
         }
@@ -274,8 +255,7 @@ static void group(const run *r, const char *base, size_t g, size_t ge, int v, co
                 for (int c = 0; c < D; c += 16) {
                     loaded += 4 * 16 * es;
                     ask_upto(next, &asked, loaded);
-                    for (int jj = 0; jj < 4; jj++)
-                        fma4(r, h, p[jj], c, acc);
+                    for (int jj = 0; jj < 4; jj++) fma4(r, h, p[jj], c, acc);
                 }
             }
             continue;
@@ -284,8 +264,7 @@ static void group(const run *r, const char *base, size_t g, size_t ge, int v, co
             const char *p = base + (g + j) * token_b + h * row_b;
             if (r->order == NEXT_CALL) { /* head h + 1's row of this token, else next group's */
                 const char *want = h + 1 < HK ? p + row_b : next ? next + j * token_b : NULL;
-                for (int at = 0; want && at < row_b; at += 64)
-                    ask(want + at);
+                for (int at = 0; want && at < row_b; at += 64) ask(want + at);
             }
             for (int c = 0; c < D; c += 16) {
                 loaded += 16 * es;
@@ -295,6 +274,41 @@ static void group(const run *r, const char *base, size_t g, size_t ge, int v, co
             }
         }
     }
+}
+
+/* Tokens [j0, j1) of the buffer at base front to back: each token's heads in turn, each row
+ * whole (seq's order). */
+static void seq_rows(const run *r, const char *base, size_t j0, size_t j1, v16 acc[4]) {
+    for (size_t j = j0; j < j1; j++)
+        for (int h = 0; h < HK; h++)
+            for (int c = 0; c < D; c += 16) fma4(r, h, base + j * token_b + h * row_b, c, acc);
+}
+
+/* The K phase of block [b, be) for the orders that read K in an order of their own (kseq, kh2t2,
+ * kh4; no asks); returns 0 for the others, whose K goes through group(). */
+static int k_phase(const run *r, const char *base, size_t b, size_t be, v16 acc[4]) {
+    if (r->order == KSEQ) {
+        seq_rows(r, base, b, be, acc);
+    } else if (r->order == KH4) {
+        for (size_t j = b; j < be; j++)
+            for (int h = 0; h < HK; h += 4)
+                for (int c = 0; c < D; c += 16)
+                    for (int hh = h; hh < h + 4; hh++)
+                        fma4(r, hh, base + j * token_b + hh * row_b, c, acc);
+    } else if (r->order == KH2T2) { /* tiles of 2 heads x 2 tokens; an odd last token as seq */
+        size_t j = b;
+        for (; j + 1 < be; j += 2)
+            for (int h = 0; h < HK; h += 2)
+                for (int c = 0; c < D; c += 16)
+                    for (int t = 0; t < 4; t++) /* t: token j + t / 2, head h + t % 2 */
+                        fma4(r, h + (t & 1), base + (j + (size_t)(t >> 1)) * token_b +
+                                                 (h + (t & 1)) * row_b,
+                             c, acc);
+        seq_rows(r, base, j, be, acc);
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 static void *work(void *arg) {
@@ -310,46 +324,14 @@ static void *work(void *arg) {
             for (size_t o = lo * token_b; o < hi * token_b; o += 64)
                 acc[0] = v16_add(acc[0], v16_load((const float *)((half ? vbase : kbase) + o)));
     } else if (r->order == SEQ) {
-        for (int half = 0; half < 2; half++)
-            for (size_t j = lo; j < hi; j++)
-                for (int h = 0; h < HK; h++)
-                    for (int c = 0; c < D; c += 16)
-                        fma4(r, h, (half ? vbase : kbase) + j * token_b + h * row_b, c, acc);
+        seq_rows(r, kbase, lo, hi, acc);
+        seq_rows(r, vbase, lo, hi, acc);
     } else {
         for (size_t b = lo; b < hi; b += BLOCK) {
             const size_t be = b + BLOCK < hi ? b + BLOCK : hi;
             for (int half = 0; half < 2; half++) {
                 const char *base = half ? vbase : kbase;
-                if (r->order == KH2T2 && !half) { /* an odd last token: its rows as seq */
-                    size_t j = b;
-                    for (; j + 1 < be; j += 2)
-                        for (int h = 0; h < HK; h += 2)
-                            for (int c = 0; c < D; c += 16)
-                                for (int t = 0; t < 4; t++)
-                                    fma4(r, h + (t & 1),
-                                         base + (j + (size_t)(t >> 1)) * token_b +
-                                             (h + (t & 1)) * row_b,
-                                         c, acc);
-                    for (int h = 0; j < be && h < HK; h++)
-                        for (int c = 0; c < D; c += 16)
-                            fma4(r, h, base + j * token_b + h * row_b, c, acc);
-                    continue;
-                }
-                if (r->order == KH4 && !half) {
-                    for (size_t j = b; j < be; j++)
-                        for (int h = 0; h < HK; h += 4)
-                            for (int c = 0; c < D; c += 16)
-                                for (int hh = h; hh < h + 4; hh++)
-                                    fma4(r, hh, base + j * token_b + hh * row_b, c, acc);
-                    continue;
-                }
-                if (r->order == KSEQ && !half) {
-                    for (size_t j = b; j < be; j++)
-                        for (int h = 0; h < HK; h++)
-                            for (int c = 0; c < D; c += 16)
-                                fma4(r, h, base + j * token_b + h * row_b, c, acc);
-                    continue;
-                }
+                if (!half && k_phase(r, base, b, be, acc)) continue;
                 for (size_t g = b; g < be; g += (size_t)group_n) {
                     const size_t ge = g + (size_t)group_n < be ? g + (size_t)group_n : be;
                     const char *next = ge < be   ? base + ge * token_b /* same phase */
@@ -376,19 +358,15 @@ static double pass(run *r, int order) {
     r->order = order;
     r->start = &b0;
     r->stop = &b1;
-    for (int t = 0; t < r->threads; t++)
-        w[t] = (worker){r, t, 0.0f};
-    for (int t = 1; t < r->threads; t++)
-        pthread_create(&tid[t], NULL, work, &w[t]);
+    for (int t = 0; t < r->threads; t++) w[t] = (worker){r, t, 0.0f};
+    for (int t = 1; t < r->threads; t++) pthread_create(&tid[t], NULL, work, &w[t]);
     const double t0 = now();
     work(&w[0]);
     const double dt = now() - t0;
-    for (int t = 1; t < r->threads; t++)
-        pthread_join(tid[t], NULL);
+    for (int t = 1; t < r->threads; t++) pthread_join(tid[t], NULL);
     pthread_barrier_destroy(&b0);
     pthread_barrier_destroy(&b1);
-    if (w[0].sink == 42.0f)
-        puts(""); /* keeps the sums alive */
+    if (w[0].sink == 42.0f) puts(""); /* keeps the sums alive */
     return 2.0 * (double)r->ntok * token_b / dt * 1e-9;
 }
 
@@ -415,17 +393,17 @@ int main(int argc, char **argv) {
         else
             break;
     row_b = D * es, token_b = HK * row_b;
+    ask_skip = (size_t)(ahead > 1 ? ahead - 1 : 0) * (size_t)group_n * (size_t)token_b;
     if (argc - a < 4 || group_n < 4 || group_n > BLOCK || group_n % 4 || hint < 0 || hint > 4 ||
-        ahead < 1 || ahead > 8) {
+        ahead < 1 || ahead > 8 || (hint == 4 && ahead > 1)) { /* a load past the buffer faults */
         fprintf(stderr,
                 "usage: %s [-q] [-h] [-g N] [-p HINT] [-d N] [-t] THREADS MIB ROUNDS ORDER...\n"
                 "-q: per-head query rows; -h: fp16 rows; -g: tokens per group, 4-128 in 4s "
                 "(default 8);\n-p: the asks' hint, 0-4: prefetcht0, t1, t2, nta, a load "
-                "(default 0); -d: ask N groups ahead, 1-8\n(default 1); -t: transparent huge "
-                "pages\norders:",
+                "(default 0); -d: ask N groups ahead, 1-8\n(default 1; 1 with -p 4); -t: transparent "
+                "huge pages\norders:",
                 argv[0]);
-        for (int o = 0; o < NORDERS; o++)
-            fprintf(stderr, " %s", names[o]);
+        for (int o = 0; o < NORDERS; o++) fprintf(stderr, " %s", names[o]);
         fprintf(stderr, "\n");
         return 2;
     }
@@ -441,8 +419,7 @@ int main(int argc, char **argv) {
     int orders[16], no = 0;
     for (int i = a + 3; i < argc && no < 16; i++) {
         int o = 0;
-        while (o < NORDERS && strcmp(argv[i], names[o]))
-            o++;
+        while (o < NORDERS && strcmp(argv[i], names[o])) o++;
         if (o == NORDERS) {
             fprintf(stderr, "bench_read_order: unknown order '%s'\n", argv[i]);
             return 2;
@@ -455,8 +432,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     char *buf = aligned_alloc(1 << 21, bytes);
-    if (!buf)
-        return 1;
+    if (!buf) return 1;
 #ifdef MADV_HUGEPAGE
     if (huge && madvise(buf, bytes, MADV_HUGEPAGE))
         perror("bench_read_order: madvise");
@@ -464,13 +440,11 @@ int main(int argc, char **argv) {
     memset(buf, 1, bytes); /* first touch here: one thread, as a cache written by one */
     for (int h = 0; h < HK; h++)
         for (int i = 0; i < 4; i++)
-            for (int c = 0; c < D; c++)
-                qrows[h][i][c] = 0.001f * (float)(i + c + h);
+            for (int c = 0; c < D; c++) qrows[h][i][c] = 0.001f * (float)(i + c + h);
     run r = {buf, bytes / 2 / token_b, threads, 0, own_q, NULL, NULL};
     static double gbs[16][101];
     for (int k = 0; k < rounds; k++)
-        for (int i = 0; i < no; i++)
-            gbs[i][k] = pass(&r, orders[(i + k) % no]);
+        for (int i = 0; i < no; i++) gbs[i][k] = pass(&r, orders[(i + k) % no]);
     static const char *const hints[] = {"prefetcht0", "prefetcht1", "prefetcht2", "prefetchnta",
                                         "a load"};
     printf("%s: %d thread(s), %zu MiB%s, %s rows, groups of %d tokens, asks by %s %d group(s) "
@@ -479,8 +453,7 @@ int main(int argc, char **argv) {
            group_n, hints[hint], ahead, NQ, own_q ? "per-head" : "shared", rounds);
     for (int i = 0; i < no; i++) { /* slot i ran order (i + k) % no in round k: regroup */
         double v[101];
-        for (int k = 0; k < rounds; k++)
-            v[k] = gbs[((i - k) % no + no) % no][k];
+        for (int k = 0; k < rounds; k++) v[k] = gbs[((i - k) % no + no) % no][k];
         qsort(v, (size_t)rounds, sizeof *v, cmp);
         printf("  %-10s %6.1f GB/s (%.1f-%.1f)\n", names[orders[i]], v[rounds / 2], v[0],
                v[rounds - 1]);
