@@ -70,13 +70,36 @@ for layout in bshd bhsd; do
     fi
 done
 
+# paged caches: pages of 3 tokens (a partly used last page) and of 16, scattered and in order
+for paged in 3:shuffled 16:in-order; do
+    ps=${paged%%:*} order=${paged#*:}
+    "$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes f32,f16 --runs 2 --probe-mib 8 \
+        --probe-passes 2 --page-size "$ps" --page-order "$order" >"$out/bench-decode-paged$ps.txt" \
+        || fail "bench-decode --page-size $ps --page-order $order exited with $?"
+    cat "$out/bench-decode-paged$ps.txt"
+    grep -q "paged: pages of $ps tokens" "$out/bench-decode-paged$ps.txt" \
+        || fail "bench-decode --page-size $ps: the header does not say the caches are paged"
+    rows=$(grep -cE '^(fp32|fp16) +[13] +(256|1000) .*%' "$out/bench-decode-paged$ps.txt" || true)
+    [ "$rows" -eq 8 ] || fail "bench-decode --page-size $ps: expected 8 rows, got $rows"
+    if grep -q 'CHECK FAILED' "$out/bench-decode-paged$ps.txt"; then
+        fail "bench-decode --page-size $ps: a row disagreed with fp64"
+    fi
+done
+
 # Bad usage exits with 2
 set +e
 "$bin" bench --dims x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad usage should exit with 2"
-for bad in "--lens 0" "--dtypes f8" "--layout bsdh" "--runs 256" "--frobnicate"; do
+for bad in "--lens 0" "--dtypes f8" "--layout bsdh" "--runs 256" "--frobnicate" \
+           "--page-size 0" "--page-size x" "--page-order random" "--page-order in-order" \
+           "--layout bhsd --page-size 16"; do
     # shellcheck disable=SC2086 # each case is an option and its value
     "$bin" bench-decode $bad >/dev/null 2>&1
     [ $? -eq 2 ] || fail "bench-decode $bad should exit with 2"
 done
+msg=$("$bin" bench-decode --page-size 0 2>&1 >/dev/null)
+case $msg in
+*"bad value for --page-size: 0"*) ;;
+*) fail "bench-decode --page-size 0 should name the option and its value, said: $msg" ;;
+esac
 echo "PASS: flashattn bench and bench-decode smoke tests"

@@ -17,10 +17,11 @@
  *
  * Shape: H = 32 query heads, Hk = 8 KV heads, D = 128, Sq = 1, the whole cache attended
  * (cache_seqlen = -1, no append), contiguous BSHD caches (--layout bhsd: the same logical view
- * of head-major memory, through strides). Configurations whose caches do not fit
- * in MemAvailable (with a margin) are skipped and listed. Each row also checks batch 0's first
- * and last heads against an fp64 computation over the cache, so a broken kernel cannot report
- * a good time.
+ * of head-major memory, through strides; --page-size N: paged caches, a pool of pages of N
+ * tokens and a block table that scatters each sequence's pages over it). Configurations whose
+ * caches do not fit in MemAvailable (with a margin) are skipped and listed. Each row also checks
+ * batch 0's first and last heads against an fp64 computation over the cache, so a broken kernel
+ * cannot report a good time.
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -54,6 +55,9 @@ typedef struct bd_options {
     int ndtypes;
     long runs, threads, probe_mib, probe_passes;
     int bhsd; /* caches laid out (B, Hk, L, D) in memory: each head's keys contiguous */
+    long page;        /* > 0: paged caches of pages of this many tokens (--page-size) */
+    int page_inorder; /* pages handed out in order, not shuffled (--page-order in-order) */
+    int page_order;   /* --page-order given */
 } bd_options;
 
 /* ---- small helpers ----------------------------------------------------------------------------
@@ -368,9 +372,24 @@ typedef struct bd_row {
     int in_llc;
 } bd_row;
 
+/* Where the cache holds batch 0's key j of KV head hk: the element offset of its row. bt0:
+ * batch 0's row of the block table where paged (page > 0). */
+typedef struct bd_layout {
+    int bhsd;
+    long page;
+    const int32_t *bt0;
+} bd_layout;
+
+static size_t bd_row_at(const bd_layout *y, long L, long j, int hk) {
+    if (y->page > 0)
+        j = (long)y->bt0[j / y->page] * y->page + j % y->page;
+    return y->bhsd ? ((size_t)hk * (size_t)L + (size_t)j) * BD_D
+                   : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
+}
+
 /* Batch 0, heads 0 and H-1 against fp64 over the whole cache: max |out - ref|. */
 static double bd_check(const void *q, const void *kc, const void *vc, const void *out, fa_dtype t,
-                       long L, int bhsd) {
+                       long L, const bd_layout *y) {
     const int heads[2] = {0, BD_H - 1};
     const int g = BD_H / BD_HK;
     const double scale = 1.0 / sqrt((double)BD_D);
@@ -383,8 +402,7 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
         double m = -INFINITY, l = 0.0;
         for (long j = 0; j < L; j++) {
             double dot = 0.0;
-            const size_t kb = bhsd ? ((size_t)hk * (size_t)L + (size_t)j) * BD_D
-                                   : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
+            const size_t kb = bd_row_at(y, L, j, hk);
             for (int d = 0; d < BD_D; d++)
                 dot +=
                     cli_load(q, t, (size_t)h * BD_D + (size_t)d) * cli_load(kc, t, kb + (size_t)d);
@@ -396,8 +414,7 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
             acc[d] = 0.0;
         for (long j = 0; j < L; j++) {
             const double p = exp(s[j] - m);
-            const size_t vb = bhsd ? ((size_t)hk * (size_t)L + (size_t)j) * BD_D
-                                   : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
+            const size_t vb = bd_row_at(y, L, j, hk);
             l += p;
             for (int d = 0; d < BD_D; d++)
                 acc[d] += p * cli_load(vc, t, vb + (size_t)d);
@@ -414,8 +431,13 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
 
 static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double llc, bd_row *r) {
     const size_t es = cli_dtype_size(r->dtype);
-    const size_t per_cache = (size_t)r->B * (size_t)r->L * BD_HK * BD_D * es;
-    r->cache_bytes = 2.0 * (double)per_cache;
+    /* paged: a pool of B * ceil(L / page) pages, batch b's pages spread over it by the block
+     * table (a random permutation of the pool unless --page-order in-order) */
+    const long per_seq = o->page > 0 ? (r->L + o->page - 1) / o->page : 0;
+    const size_t pool_tokens = o->page > 0 ? (size_t)r->B * (size_t)per_seq * (size_t)o->page
+                                           : (size_t)r->B * (size_t)r->L;
+    const size_t per_cache = pool_tokens * BD_HK * BD_D * es;
+    r->cache_bytes = 2.0 * (double)r->B * (double)r->L * BD_HK * BD_D * (double)es;
     r->in_llc = llc > 0 && r->cache_bytes <= llc;
     const double avail = bd_avail_gib();
     const double need_gib = r->cache_bytes / (1024.0 * 1024.0 * 1024.0);
@@ -429,12 +451,16 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     const size_t nq = (size_t)r->B * BD_H * BD_D;
     void *q = cli_xmalloc(nq * es, "q"), *out = cli_xmalloc(nq * es, "out");
     float *lse = cli_xmalloc(sizeof(float) * (size_t)r->B * BD_H, "lse");
+    int32_t *bt = o->page > 0
+                      ? cli_xmalloc(sizeof(int32_t) * (size_t)r->B * (size_t)per_seq, "block table")
+                      : NULL;
     if (!kc || !vc) {
         free(kc);
         free(vc);
         free(q);
         free(out);
         free(lse);
+        free(bt);
         r->skipped = 1;
         snprintf(r->why, sizeof r->why, "skipped: cannot allocate %.1f GiB for K+V", need_gib);
         return;
@@ -453,9 +479,20 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     free(rnd);
     for (size_t i = 0; i < nq; i++)
         cli_store(q, r->dtype, i, 2.0f * cli_rng_uniform(&rng));
+    const size_t npages = (size_t)r->B * (size_t)per_seq;
+    for (size_t i = 0; i < npages; i++)
+        bt[i] = (int32_t)i;
+    for (size_t i = npages; !o->page_inorder && i > 1; i--) { /* Fisher-Yates */
+        const size_t k = (size_t)(cli_rng_next(&rng) % i);
+        const int32_t x = bt[i - 1];
+        bt[i - 1] = bt[k];
+        bt[k] = x;
+    }
 
-    const int64_t qs[4] = {r->B, 1, BD_H, BD_D}, cs[4] = {r->B, r->L, BD_HK, BD_D},
-                  ls[3] = {r->B, BD_H, 1};
+    const int64_t qs[4] = {r->B, 1, BD_H, BD_D}, ls[3] = {r->B, BD_H, 1};
+    const int64_t cs[4] = {o->page > 0 ? (int64_t)npages : r->B, o->page > 0 ? o->page : r->L,
+                           BD_HK, BD_D};
+    const int64_t bts[2] = {r->B, per_seq};
     fa_tensor tq = fa_tensor_contiguous(q, r->dtype, 4, qs);
     fa_tensor to = fa_tensor_contiguous(out, r->dtype, 4, qs);
     fa_tensor tl = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, ls);
@@ -472,10 +509,15 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
             c->stride[0] = (int64_t)BD_HK * r->L * BD_D;
         }
     kv.cache_seqlen = -1; /* the whole cache */
+    if (o->page > 0) {
+        kv.block_table = fa_tensor_contiguous(bt, FA_DTYPE_I32, 2, bts);
+        kv.cache_seqlen = r->L; /* the last page may be partly used */
+    }
 
     cli_poison(out, r->dtype, nq);
     CLI_CHECK("fa_forward_kvcache", fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl));
-    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, o->bhsd);
+    const bd_layout y = {o->bhsd, o->page, bt};
+    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, &y);
 
     /* Probe passes and decode calls alternate, so each round's ratio compares the two in the
      * same moment: this project's VMs change their memory read rate from minute to minute. */
@@ -486,7 +528,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     for (int i = 0; i < runs; i++) {
         const double pk = bd_probe_pass(kc, per_cache, threads);
         const double pv = bd_probe_pass(vc, per_cache, threads);
-        pr[i] = r->cache_bytes / (pk + pv) * 1e-9;
+        pr[i] = 2.0 * (double)per_cache / (pk + pv) * 1e-9;
         const double t0 = cli_now();
         fa_status st = fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl);
         t[i] = cli_now() - t0;
@@ -509,6 +551,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     free(q);
     free(out);
     free(lse);
+    free(bt);
 }
 
 /* ---- the command ------------------------------------------------------------------------------
@@ -538,6 +581,10 @@ static void bd_usage(FILE *f) {
             "  --probe-passes N timed passes of the reference probe, median reported (default 7)\n"
             "  --layout L       bshd (default: flash-attn's (B, L, Hk, D) memory order) or bhsd\n"
             "                   (head-major (B, Hk, L, D) memory, the same logical view)\n"
+            "  --page-size N    paged caches: a pool of B*ceil(L/N) pages of N tokens\n"
+            "                   (num_pages, N, Hk, D) and a block table (bshd only)\n"
+            "  --page-order O   shuffled (default: batch b's pages scattered over the pool by\n"
+            "                   a random permutation, as a serving engine's become) or in-order\n"
             "  -h, --help       this text\n"
             "\n"
             "Rows whose K+V do not fit in MemAvailable (less 0.5 GiB) are skipped and listed.\n");
@@ -554,7 +601,7 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
     o->probe_mib = 1024;
     o->probe_passes = 7;
     for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
+        const char *v = NULL, *opt = argv[i]; /* opt: the option, before i moves to its value */
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             bd_usage(stdout);
             exit(0);
@@ -589,6 +636,14 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
             if (!v || (strcmp(v, "bshd") && strcmp(v, "bhsd")))
                 goto bad;
             o->bhsd = !strcmp(v, "bhsd");
+        } else if (cli_opt_value(argc, argv, &i, "--page-size", &v)) {
+            if (cli_parse_long(v, 1, 1L << 20, &o->page) != 0)
+                goto bad;
+        } else if (cli_opt_value(argc, argv, &i, "--page-order", &v)) {
+            if (!v || (strcmp(v, "shuffled") && strcmp(v, "in-order")))
+                goto bad;
+            o->page_inorder = !strcmp(v, "in-order");
+            o->page_order = 1;
         } else if (cli_opt_value(argc, argv, &i, "--probe-passes", &v)) {
             if (cli_parse_long(v, 1, 63, &o->probe_passes) != 0)
                 goto bad;
@@ -599,8 +654,18 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
         }
         continue;
     bad:
-        fprintf(stderr, "flashattn bench-decode: bad value for %s\n\n", argv[i]);
+        fprintf(stderr, "flashattn bench-decode: bad value for %.*s%s%s\n\n",
+                (int)strcspn(opt, "="), opt, v ? ": " : "", v ? v : "");
         bd_usage(stderr);
+        return 2;
+    }
+    if (o->page_order && o->page == 0) {
+        fprintf(stderr, "flashattn bench-decode: --page-order needs --page-size\n");
+        return 2;
+    }
+    if (o->page > 0 && o->bhsd) {
+        fprintf(stderr, "flashattn bench-decode: --page-size takes --layout bshd: a paged "
+                        "cache is (num_pages, page_size, Hk, D)\n");
         return 2;
     }
     return 0;
@@ -644,8 +709,17 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("library:   %s\n", fa_build_info());
     printf("threads:   %d (library context and probe)\n", threads);
     printf("load:      %s (/proc/loadavg before)\n", load0);
+    char layout[160];
+    if (o.page > 0)
+        snprintf(layout, sizeof layout,
+                 "paged: pages of %ld tokens (num_pages, %ld, Hk, D), each sequence's pages %s",
+                 o.page, o.page,
+                 o.page_inorder ? "in pool order" : "scattered (a shuffled block table)");
+    else
+        snprintf(layout, sizeof layout, "%s",
+                 o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
     printf("shape:     Sq=1, H=%d, Hk=%d, D=%d, %s caches, whole cache attended\n", BD_H, BD_HK,
-           BD_D, o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
+           BD_D, layout);
     printf("bytes:     2*B*L*Hk*D*esize (K and V once; q, out, lse not counted)\n");
     printf("time:      median (min-max) of %ld calls after one warm-up call checked against fp64\n",
            o.runs);
