@@ -16,7 +16,8 @@
  * random inputs (B = 1, BSHD, contiguous). The backward is timed alone, after a forward of the
  * same build. --pass decode times one query token against a cache of S tokens (q (1, 1, H, D),
  * cache (1, S, Hk, D), Hk from --kv-heads, H = 32 and Hk = 8 unless given) and prints the
- * cache's GB/s instead of GFLOP/s.
+ * cache's GB/s instead of GFLOP/s; with --page-size N the cache is paged, S / N pages of N
+ * tokens in a pool (S / N, N, Hk, D) whose block table is a fixed shuffle of the pool.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -55,6 +56,7 @@ enum { PASS_FWD, PASS_BWD, PASS_DECODE };
 typedef struct config {
     int pass, causal, rounds;
     long S, D, H, Hk; /* Hk 0: H (fwd, bwd) or 8 (decode) */
+    long page;        /* decode: > 0, tokens per page of a paged cache */
     fa_dtype dtype;
 } config;
 
@@ -107,9 +109,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_ab_builds [--pass fwd|bwd|decode] [--dtype f32|f16|bf16]\n"
             "                       [--seqlen S] [--dim D] [--heads H] [--kv-heads HK]\n"
-            "                       [--causal 0|1] [--rounds N] OLD.so NEW.so [MORE.so ...]\n"
+            "                       [--causal 0|1] [--rounds N] [--page-size N]\n"
+            "                       OLD.so NEW.so [MORE.so ...]\n"
             "defaults: fwd, f32, S = 4096, D = 128, H = 16 (decode: 32), HK = H (decode: 8),\n"
-            "non-causal, 10 rounds; at most %d builds and %d rounds\n",
+            "non-causal, 10 rounds, a contiguous cache; at most %d builds and %d rounds;\n"
+            "--page-size (decode only) must divide S\n",
             MAX_BUILDS, MAX_ROUNDS);
 }
 
@@ -146,6 +150,8 @@ static int parse(int argc, char **argv, config *c) {
             c->causal = (int)n;
         else if (strcmp(o, "--rounds") == 0 && num && n >= 1 && n <= MAX_ROUNDS)
             c->rounds = (int)n;
+        else if (strcmp(o, "--page-size") == 0 && num && n >= 1 && n <= 1 << 20)
+            c->page = n;
         else {
             fprintf(stderr, "bench_ab_builds: bad option or value: %s %s\n", o, v);
             return 0;
@@ -158,6 +164,11 @@ static int parse(int argc, char **argv, config *c) {
     if (c->H % c->Hk != 0) {
         fprintf(stderr, "bench_ab_builds: --kv-heads %ld does not divide --heads %ld\n", c->Hk,
                 c->H);
+        return 0;
+    }
+    if (c->page && (c->pass != PASS_DECODE || c->S % c->page != 0)) {
+        fprintf(stderr, "bench_ab_builds: --page-size is for --pass decode and must divide "
+                        "--seqlen\n");
         return 0;
     }
     const int nlib = argc - i;
@@ -214,7 +225,24 @@ int main(int argc, char **argv) {
                 ((uint16_t *)buf[t])[e] = fa_tool_f32_to_bf16(x);
         }
 
-    const int64_t qshape[4] = {1, dec ? 1 : c.S, c.H, c.D}, kshape[4] = {1, c.S, c.Hk, c.D};
+    /* paged: pool page i holds tokens [N·pg[i], N·pg[i] + N) of the sequence, pg a shuffle */
+    const long pages = c.page ? c.S / c.page : 1;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)pages);
+    if (!table) {
+        fprintf(stderr, "bench_ab_builds: out of memory for the block table\n");
+        return 1;
+    }
+    for (long i = 0; i < pages; i++)
+        table[i] = (int32_t)i;
+    for (long i = pages; i > 1; i--) {
+        const long k = rand() % i;
+        const int32_t x = table[i - 1];
+        table[i - 1] = table[k];
+        table[k] = x;
+    }
+    const int64_t qshape[4] = {1, dec ? 1 : c.S, c.H, c.D};
+    const int64_t kshape[4] = {c.page ? pages : 1, c.page ? c.page : c.S, c.Hk, c.D};
+    const int64_t tshape[2] = {1, pages};
     const int64_t lse_shape[3] = {1, c.H, dec ? 1 : c.S};
     for (int r = 0; r < c.rounds; r++)
         for (int k = 0; k < nb; k++) {
@@ -230,6 +258,10 @@ int main(int argc, char **argv) {
             b->kvcache_init(&kv);
             kv.k_cache = t[K];
             kv.v_cache = t[V];
+            if (c.page) {
+                kv.block_table = b->tensor(table, FA_DTYPE_I32, 2, tshape);
+                kv.cache_seqlen = c.S;
+            }
             /* Short calls run once untimed first, so that no build pays for waking the thread
              * pool (or for the caches the hash below went through) more often than another. */
             fa_status st = FA_OK;
@@ -268,6 +300,8 @@ int main(int argc, char **argv) {
            : c.dtype == FA_DTYPE_F16 ? "f16"
                                      : "bf16",
            c.S, c.D, c.H, c.Hk, c.causal ? "causal" : "non-causal", c.rounds);
+    if (c.page)
+        printf("paged: %ld pages of %ld tokens, their order shuffled\n", pages, c.page);
     for (int k = 0; k < nb; k++) {
         double ratio[MAX_ROUNDS], t[MAX_ROUNDS];
         for (int r = 0; r < c.rounds; r++) {
@@ -282,5 +316,6 @@ int main(int argc, char **argv) {
     for (int t = 0; t < NBUF; t++)
         free(buf[t]);
     free(lse);
+    free(table);
     return 0;
 }
