@@ -160,8 +160,9 @@ enum { FA_QK_KEYS_F32 = 8, FA_PV_KEYS_F32 = 8, FA_DECODE_KEYS = 64 };
 
 /* A group of cache rows: keys [j0, j0 + c) of heads [ha, hb), from rows0, the rows of head h0
  * (step: bytes from one head's row to the next head's), `bytes` each; c = 0: none. range: the
- * group's rows lie back to back in memory order (a contiguous BSHD cache, every head), so a
- * share of them is a base and a count of rows. */
+ * group's rows lie back to back in memory order (every head of a contiguous BSHD cache, or of
+ * a paged one's keys within a page: group_range), so a share of them is a base and a count of
+ * rows. */
 typedef struct decode_group {
     const void *const *rows0;
     int64_t j0, ha, hb, h0, step;
@@ -205,6 +206,20 @@ static int head_rows(const decode_group *gr, int64_t hk, int c, const void **row
     return c;
 }
 
+/* The range flag (decode_group) of keys [j0, j0 + c) of rows (the rows of one head, ts bytes
+ * from a key to the next within the cache's storage): dense (every head of the task, heads back
+ * to back, keys ts bytes apart) and, where paged, no jump between the keys: a group within one
+ * page, or in pages that follow each other, asks as one span like a contiguous cache's group. */
+static int group_range(const void *const *rows, int64_t j0, int c, int64_t ts, int dense,
+                       int paged) {
+    if (!dense)
+        return 0;
+    for (int j = 1; paged && j < c; j++)
+        if ((const char *)rows[j0 + j] != (const char *)rows[j0 + j - 1] + ts)
+            return 0;
+    return 1;
+}
+
 /* What the call for head hk of group cur asks for (kernels.h: qk_rows' pf), next being the
  * group after cur: its share of next's rows in memory order (group_share); of a `range` group,
  * as a base and a count, with no row list to build (the list took about a tenth of decode's time
@@ -245,10 +260,14 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
     const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : kern->decode_keys_half[0];
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : kern->decode_keys_half[1];
-    /* range (decode_group): every head in a group, heads and keys back to back */
+    /* range (decode_group) of the groups asked for, the next ones (a current group's is not
+     * read): every head in a group, heads and keys back to back, within a page if paged */
     const int all = hg >= p->Hk && t->nh == p->Hk;
-    const int kd = all && !p->k.block_table && kstep == kb && p->k.ss * kes == p->Hk * kb;
-    const int vd = all && !p->v.block_table && vstep == vb && p->v.ss * ves == p->Hk * vb;
+    const int64_t kts = p->k.ss * kes, vts = p->v.ss * ves; /* key to key, within a page */
+    const int kd = all && kstep == kb && kts == p->Hk * kb, kp = p->k.block_table != NULL;
+    const int vd = all && vstep == vb && vts == p->Hk * vb, vp = p->v.block_table != NULL;
+#define FA_KRANGE(rows, j, c) group_range(rows, j, c, kts, kd, kp)
+#define FA_VRANGE(j, c) group_range(vrow, j, c, vts, vd, vp)
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, h00, vrow);
@@ -257,11 +276,13 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     for (int64_t h0 = h00; h0 < hend; h0 += hg) {
         const int64_t h1 = h0 + hg < hend ? h0 + hg : hend;
         for (int64_t jg = 0; jg < n; jg += qkk) { // S = Q Kᵀ
-            const decode_group cur = {krow, jg, h0, h1, h00, kstep, FA_KEYS(n - jg, qkk), kb, kd};
-            const decode_group next = /* the next qk group, or the first pv group */
-                jg + qkk < n ? (decode_group){krow, jg + qkk, h0, h1, h00, kstep,
-                                              FA_KEYS(n - jg - qkk, qkk), kb, kd}
-                             : (decode_group){vrow, 0, h0, h1, h00, vstep, FA_KEYS(n, pvk), vb, vd};
+            const decode_group cur = {krow, jg, h0, h1, h00, kstep, FA_KEYS(n - jg, qkk), kb, 0};
+            const int more = jg + qkk < n; /* next: the next qk group, or the first pv group */
+            const int nc = more ? FA_KEYS(n - jg - qkk, qkk) : FA_KEYS(n, pvk);
+            const int nr = more ? FA_KRANGE(krow, jg + qkk, nc) : FA_VRANGE(0, nc);
+            const decode_group next =
+                more ? (decode_group){krow, jg + qkk, h0, h1, h00, kstep, nc, kb, nr}
+                     : (decode_group){vrow, 0, h0, h1, h00, vstep, nc, vb, nr};
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *k[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, k);
@@ -282,15 +303,19 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
         const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
-            const decode_group cur = {vrow, jg, h0, h1, h00, vstep, FA_KEYS(n - jg, pvk), vb, vd};
+            const decode_group cur = {vrow, jg, h0, h1, h00, vstep, FA_KEYS(n - jg, pvk), vb, 0};
             decode_group next = {krow, 0, h00, h00 + 1, h00, kstep, 0, kb, 0}; /* none */
-            if (jg + pvk < n)
-                next = (decode_group){vrow, jg + pvk, h0, h1, h00, vstep,
-                                      FA_KEYS(n - jg - pvk, pvk), vb, vd};
-            else if (h1 < hend) /* the next head group's first qk group */
+            if (jg + pvk < n) {
+                const int nc = FA_KEYS(n - jg - pvk, pvk);
+                next = (decode_group){
+                    vrow, jg + pvk, h0, h1, h00, vstep, nc, vb, FA_VRANGE(jg + pvk, nc)};
+            } else if (h1 < hend) { /* the next head group's first qk group */
                 next = (decode_group){krow, 0, h1, h2, h00, kstep, FA_KEYS(n, qkk), kb, 0};
-            else if (nn > 0) /* the next block's first qk group */
-                next = (decode_group){knext, 0, h00, hn, h00, kstep, FA_KEYS(nn, qkk), kb, kd};
+            } else if (nn > 0) { /* the next block's first qk group */
+                const int nc = FA_KEYS(nn, qkk);
+                next =
+                    (decode_group){knext, 0, h00, hn, h00, kstep, nc, kb, FA_KRANGE(knext, 0, nc)};
+            }
             for (int64_t hk = h0; hk < h1; hk++) {
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, v);
@@ -311,6 +336,8 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
             }
         }
     }
+#undef FA_KRANGE
+#undef FA_VRANGE
 #undef FA_KEYS
 }
 
