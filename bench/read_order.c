@@ -8,6 +8,8 @@
  * first half K and its second V; each thread takes its own contiguous share of tokens. Orders
  * (the argument names):
  *   sum       a sum of the whole share front to back: what bench-decode's probe does
+ *   sum-ask   the same sum asking, a line per line loaded, for the line a group ahead (-g, -p,
+ *             -d): what the asks cost a read the hardware's prefetch already follows
  *   seq       token by token, each token's heads in turn, 4 FMAs per 16 elements against 4 query
  *             rows held in L1 (a 4-row decode tile's arithmetic)
  *   group     decode's order: blocks of 128 tokens, K then V, in groups of 8 tokens (-g), head
@@ -104,12 +106,12 @@ static int es = 4, row_b = D * 4, token_b = HK * D * 4, group_n = 8;
 
 /* From STRIDED on, every order reads its groups through products() (the V phase alone where
  * k_phase reads K its own way). */
-enum { SUM, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, STRIDED, KERNELS, PAIRS, KSEQ, KH2T2, KH4,
-       VTILES, VTILES2, NORDERS };
+enum { SUM, SUM_ASK, SEQ, GROUPED, NEXT_CALL, NEXT_GROUP, TILES, STRIDED, KERNELS, PAIRS, KSEQ,
+       KH2T2, KH4, VTILES, VTILES2, NORDERS };
 
-static const char *const names[NORDERS] = {"sum",   "seq",     "group",   "next-call", "next-group",
-                                           "tiles", "strided", "kernels", "pairs",     "kseq",
-                                           "kh2t2", "kh4",     "vtiles",  "vtiles2"};
+static const char *const names[NORDERS] = {
+    "sum",     "sum-ask", "seq",  "group", "next-call", "next-group", "tiles",  "strided",
+    "kernels", "pairs",   "kseq", "kh2t2", "kh4",       "vtiles",     "vtiles2"};
 
 typedef struct run {
     const char *buf; /* K: tokens [0, ntok), V: [ntok, 2 ntok) */
@@ -319,10 +321,15 @@ static void *work(void *arg) {
     const char *kbase = r->buf, *vbase = r->buf + r->ntok * token_b;
     v16 acc[4] = {v16_zero(), v16_zero(), v16_zero(), v16_zero()};
     pthread_barrier_wait(r->start);
-    if (r->order == SUM) {
+    if (r->order == SUM || r->order == SUM_ASK) {
+        const size_t ahead_b = (size_t)group_n * (size_t)token_b; /* ask adds ask_skip (-d) */
         for (int half = 0; half < 2; half++)
-            for (size_t o = lo * token_b; o < hi * token_b; o += 64)
-                acc[0] = v16_add(acc[0], v16_load((const float *)((half ? vbase : kbase) + o)));
+            for (size_t o = lo * token_b; o < hi * token_b; o += 64) {
+                const char *line = (half ? vbase : kbase) + o;
+                if (r->order == SUM_ASK && o + ahead_b < hi * token_b)
+                    ask(line + ahead_b);
+                acc[0] = v16_add(acc[0], v16_load((const float *)line));
+            }
     } else if (r->order == SEQ) {
         seq_rows(r, kbase, lo, hi, acc);
         seq_rows(r, vbase, lo, hi, acc);
