@@ -440,7 +440,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     r->cache_bytes = 2.0 * (double)r->B * (double)r->L * BD_HK * BD_D * (double)es;
     r->in_llc = llc > 0 && r->cache_bytes <= llc;
     const double avail = bd_avail_gib();
-    const double need_gib = r->cache_bytes / (1024.0 * 1024.0 * 1024.0);
+    const double need_gib = 2.0 * (double)per_cache / (1024.0 * 1024.0 * 1024.0); /* the pools */
     if (avail >= 0 && need_gib + 0.5 > avail) {
         r->skipped = 1;
         snprintf(r->why, sizeof r->why, "skipped: K+V need %.1f GiB, %.1f GiB available", need_gib,
@@ -709,17 +709,15 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("library:   %s\n", fa_build_info());
     printf("threads:   %d (library context and probe)\n", threads);
     printf("load:      %s (/proc/loadavg before)\n", load0);
-    char layout[160];
+    printf("shape:     Sq=1, H=%d, Hk=%d, D=%d, whole cache attended\n", BD_H, BD_HK, BD_D);
     if (o.page > 0)
-        snprintf(layout, sizeof layout,
-                 "paged: pages of %ld tokens (num_pages, %ld, Hk, D), each sequence's pages %s",
-                 o.page, o.page,
-                 o.page_inorder ? "in pool order" : "scattered (a shuffled block table)");
+        printf("layout:    paged: pages of %ld tokens, a pool (num_pages, %ld, Hk, D) and a block "
+               "table; each sequence's pages %s\n",
+               o.page, o.page,
+               o.page_inorder ? "in pool order" : "scattered over the pool (a shuffled table)");
     else
-        snprintf(layout, sizeof layout, "%s",
-                 o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
-    printf("shape:     Sq=1, H=%d, Hk=%d, D=%d, %s caches, whole cache attended\n", BD_H, BD_HK,
-           BD_D, layout);
+        printf("layout:    %s caches\n",
+               o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
     printf("bytes:     2*B*L*Hk*D*esize (K and V once; q, out, lse not counted)\n");
     printf("time:      median (min-max) of %ld calls after one warm-up call checked against fp64\n",
            o.runs);
