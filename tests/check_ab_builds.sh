@@ -26,7 +26,25 @@ for pass in fwd bwd decode; do
     done
 done
 
-for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x"; do
+# a paged decode: 10 pages of 7 tokens, shuffled
+out=$("$bin" --pass decode --dtype f16 --seqlen 70 --dim 24 --heads 4 --kv-heads 2 --rounds 3 \
+      --page-size 7 "$lib" "$lib")
+echo "$out"
+grep -q 'paged: 10 pages of 7 tokens' <<<"$out" || fail "--page-size 7: no line saying the cache is paged"
+[ "$(grep -c ' ratio ' <<<"$out" || true)" -eq 2 ] || fail "--page-size 7: expected 2 rows"
+[ "$(grep -o 'hash [0-9a-f]*' <<<"$out" | sort -u | wc -l)" -eq 1 ] \
+    || fail "--page-size 7: one library gave two different outputs"
+for bad in "--pass decode --seqlen 70 --page-size 8" "--pass fwd --page-size 7"; do
+    set +e
+    # shellcheck disable=SC2086
+    msg=$("$bin" $bad "$lib" "$lib" 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" -eq 2 ] || fail "'$bad' gave exit status $rc, expected 2"
+    grep -q 'must divide' <<<"$msg" || fail "'$bad': no message saying why"
+done
+
+for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x" "--page-size 0"; do
     set +e
     # shellcheck disable=SC2086
     msg=$("$bin" $bad "$lib" "$lib" 2>&1)
