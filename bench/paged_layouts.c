@@ -11,13 +11,20 @@
  *
  * Reported: the median time over rounds, the cache-read GB/s (2·L·8·128·esize bytes) and the
  * median over rounds of each layout's time over the contiguous one's in the same round. The
- * buffers are on transparent huge pages where the OS has them (madvise), like bench-decode's.
+ * buffers are on transparent huge pages where the OS has them (madvise), like bench-decode's,
+ * and hold random values; the outputs are checked: paged in order reads the same sequence as
+ * the contiguous cache, so its output must be bitwise the same, and the shuffled one attends
+ * over the same keys in another order, so its output must agree to rounding (the whole cache is
+ * attended, no mask: attention does not depend on the keys' order; so this checks the reads,
+ * not the block table, which any permutation of the whole pool would satisfy: the table is
+ * checked by tests/test_kvcache.c and bench-decode's fp64 rows).
  *
  * usage: bench_paged_layouts L N f16|f32|bf16 ROUNDS   (N divides L; ROUNDS 1-101)
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "../tools/flashattn/halfconv.h"
 #include "flashattn.h"
 
 enum { H = 32, HK = 8, D = 128, MAX_ROUNDS = 101, LAYOUTS = 3 };
@@ -47,17 +55,34 @@ static double median(const double *v, int n) {
     return s[n / 2];
 }
 
-/* 2 MiB-aligned, on huge pages where the OS has them, filled with `byte` (first touch here). */
-static void *alloc_filled(size_t bytes, int byte) {
+/* 2 MiB-aligned, on huge pages where the OS has them; not touched here. */
+static void *alloc_2m(size_t bytes) {
     const size_t n = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
     void *p = aligned_alloc((size_t)2 << 20, n);
-    if (!p)
-        return NULL;
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, n, MADV_HUGEPAGE);
+    if (p)
+        (void)madvise(p, n, MADV_HUGEPAGE);
 #endif
-    memset(p, byte, n);
     return p;
+}
+
+/* n values uniform in [-1, 1) into x as dtype dt (first touch here). */
+static void fill_random(void *x, fa_dtype dt, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float f = 2.0f * (float)rand() / (float)RAND_MAX - 1.0f;
+        if (dt == FA_DTYPE_F32)
+            ((float *)x)[i] = f;
+        else
+            ((uint16_t *)x)[i] =
+                dt == FA_DTYPE_F16 ? fa_tool_f32_to_f16(f) : fa_tool_f32_to_bf16(f);
+    }
+}
+
+static float load(const void *x, fa_dtype dt, size_t i) {
+    if (dt == FA_DTYPE_F32)
+        return ((const float *)x)[i];
+    const uint16_t h = ((const uint16_t *)x)[i];
+    return dt == FA_DTYPE_F16 ? fa_tool_f16_to_f32(h) : fa_tool_bf16_to_f32(h);
 }
 
 int main(int argc, char **argv) {
@@ -81,18 +106,22 @@ int main(int argc, char **argv) {
     }
     const size_t es = dt == FA_DTYPE_F32 ? 4 : 2, n = (size_t)L * HK * D;
     const long pages = L / N;
-    /* bytes 0x11 / 0x12: every element the same small value, so no row overflows */
-    void *k = alloc_filled(n * es, 0x11), *v = alloc_filled(n * es, 0x12);
-    void *q = calloc((size_t)H * D, es), *out = calloc((size_t)H * D, es);
+    void *k = alloc_2m(n * es), *v = alloc_2m(n * es), *q = malloc((size_t)H * D * es);
+    void *out[LAYOUTS];
+    for (int m = 0; m < LAYOUTS; m++)
+        out[m] = malloc((size_t)H * D * es);
     int32_t *order = malloc(sizeof(int32_t) * (size_t)pages);
     int32_t *shuffled = malloc(sizeof(int32_t) * (size_t)pages);
-    if (!k || !v || !q || !out || !order || !shuffled) {
+    if (!k || !v || !q || !out[0] || !out[1] || !out[2] || !order || !shuffled) {
         fprintf(stderr, "%s: out of memory for a cache of %ld tokens\n", argv[0], L);
         return 1;
     }
+    srand(3);
+    fill_random(k, dt, n);
+    fill_random(v, dt, n);
+    fill_random(q, dt, (size_t)H * D);
     for (long i = 0; i < pages; i++)
         order[i] = shuffled[i] = (int32_t)i;
-    srand(3);
     for (long i = pages; i > 1; i--) { /* Fisher-Yates */
         const long j = rand() % i;
         const int32_t x = shuffled[i - 1];
@@ -101,8 +130,7 @@ int main(int argc, char **argv) {
     }
     const int64_t qs[4] = {1, 1, H, D}, cs[4] = {1, L, HK, D}, ps[4] = {pages, N, HK, D};
     const int64_t ts[2] = {1, pages};
-    const fa_tensor tq = fa_tensor_contiguous(q, dt, 4, qs),
-                    to = fa_tensor_contiguous(out, dt, 4, qs);
+    const fa_tensor tq = fa_tensor_contiguous(q, dt, 4, qs);
     static const char *const names[LAYOUTS] = {"contiguous", "paged in order", "paged shuffled"};
     static double t[LAYOUTS][MAX_ROUNDS];
     for (int r = -1; r < rounds; r++) /* round -1: one untimed call of each */
@@ -117,6 +145,7 @@ int main(int argc, char **argv) {
                     fa_tensor_contiguous(m == 1 ? order : shuffled, FA_DTYPE_I32, 2, ts);
                 kv.cache_seqlen = L;
             }
+            const fa_tensor to = fa_tensor_contiguous(out[m], dt, 4, qs);
             const double t0 = now();
             const fa_status st = fa_forward_kvcache(NULL, NULL, &tq, &kv, &to, NULL);
             const double dt_s = now() - t0;
@@ -127,6 +156,15 @@ int main(int argc, char **argv) {
             if (r >= 0)
                 t[m][r] = dt_s;
         }
+    /* the checks: in order bitwise; shuffled to a tolerance of the output's rounding (2^-8 of
+     * bf16, 2^-11 of fp16, fp32's summation-order differences), |out| <= 1 */
+    const double tol = dt == FA_DTYPE_F32 ? 1e-5 : dt == FA_DTYPE_F16 ? 2e-3 : 1.6e-2;
+    double err = 0.0;
+    for (size_t i = 0; i < (size_t)H * D; i++) {
+        const double e = fabs((double)load(out[2], dt, i) - (double)load(out[0], dt, i));
+        err = e > err || e != e ? e : err;
+    }
+    const int same = !memcmp(out[0], out[1], (size_t)H * D * es);
     printf("decode %s, cache (1, %ld, %d, %d), pages of %ld tokens, %d rounds (FA_NUM_THREADS or "
            "all CPUs)\n",
            argv[3], L, HK, D, N, rounds);
@@ -138,11 +176,18 @@ int main(int argc, char **argv) {
         printf("  %-15s %9.3f ms %7.1f GB/s  time / contiguous's %.3f\n", names[m], 1e3 * ms,
                2.0 * (double)(n * es) / ms * 1e-9, median(ratio, rounds));
     }
+    printf("  check: in order %s contiguous; shuffled max |diff| %.2e (tolerance %.1e)\n",
+           same ? "bitwise equal to" : "DIFFERS FROM", err, tol);
     free(k);
     free(v);
     free(q);
-    free(out);
+    for (int m = 0; m < LAYOUTS; m++)
+        free(out[m]);
     free(order);
     free(shuffled);
+    if (!same || !(err <= tol)) {
+        fprintf(stderr, "%s: the layouts' outputs disagree\n", argv[0]);
+        return 1;
+    }
     return 0;
 }

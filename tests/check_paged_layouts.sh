@@ -2,8 +2,9 @@
 # check_paged_layouts.sh BENCH_PAGED_LAYOUTS
 #
 # Smoke test of bench/paged_layouts.c (a second): a small cache must give its three layouts'
-# rows, the contiguous one at a ratio of exactly 1; bad arguments must give exit status 2 and the
-# usage. Timing numbers are not checked.
+# rows, the contiguous one at a ratio of exactly 1, and the check of their outputs (the tool
+# exits 1 when they disagree); bad arguments must give exit status 2 and the usage. Timing
+# numbers are not checked.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -21,6 +22,8 @@ for dtype in f32 f16 bf16; do
             || fail "$dtype: no row for $layout"
     done
     grep -qE "^  contiguous .* 1\.000$" <<<"$out" || fail "$dtype: contiguous's own ratio is not 1"
+    grep -qE "^  check: in order bitwise equal to contiguous; shuffled max \|diff\| " <<<"$out" \
+        || fail "$dtype: no line checking the layouts' outputs"
 done
 
 for bad in "96 5 f16 3" "96 16 f8 3" "96 16 f16 0" "0 1 f32 3" "96 16 f16"; do
