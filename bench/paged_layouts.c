@@ -19,7 +19,8 @@
  * not the block table, which any permutation of the whole pool would satisfy: the table is
  * checked by tests/test_kvcache.c and bench-decode's fp64 rows).
  *
- * usage: bench_paged_layouts L N f16|f32|bf16 ROUNDS   (N divides L; ROUNDS 1-101)
+ * usage: bench_paged_layouts L N DTYPE ROUNDS   (DTYPE f16, f32 or bf16; N divides L; ROUNDS
+ * 1-101)
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise's MADV_HUGEPAGE */
@@ -30,18 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
-#include "../tools/flashattn/halfconv.h"
+#include "../tools/flashattn/cli.h" /* clock, dtype parsing, element access, rng, poison */
 #include "flashattn.h"
 
 enum { H = 32, HK = 8, D = 128, MAX_ROUNDS = 101, LAYOUTS = 3 };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int cmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -67,44 +61,24 @@ static void *alloc_2m(size_t bytes) {
 }
 
 /* n values uniform in [-1, 1) into x as dtype dt (first touch here). */
-static void fill_random(void *x, fa_dtype dt, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const float f = 2.0f * (float)rand() / (float)RAND_MAX - 1.0f;
-        if (dt == FA_DTYPE_F32)
-            ((float *)x)[i] = f;
-        else
-            ((uint16_t *)x)[i] =
-                dt == FA_DTYPE_F16 ? fa_tool_f32_to_f16(f) : fa_tool_f32_to_bf16(f);
-    }
-}
-
-static float load(const void *x, fa_dtype dt, size_t i) {
-    if (dt == FA_DTYPE_F32)
-        return ((const float *)x)[i];
-    const uint16_t h = ((const uint16_t *)x)[i];
-    return dt == FA_DTYPE_F16 ? fa_tool_f16_to_f32(h) : fa_tool_bf16_to_f32(h);
+static void fill_random(void *x, fa_dtype dt, size_t n, cli_rng *rng) {
+    for (size_t i = 0; i < n; i++)
+        cli_store(x, dt, i, cli_rng_uniform(rng));
 }
 
 int main(int argc, char **argv) {
     const long L = argc == 5 ? atol(argv[1]) : 0, N = argc == 5 ? atol(argv[2]) : 0;
     const int rounds = argc == 5 ? atoi(argv[4]) : 0;
     fa_dtype dt = FA_DTYPE_F32;
-    int ok = L >= 1 && L <= (1L << 24) && N >= 1 && N <= L && L % N == 0 && rounds >= 1 &&
-             rounds <= MAX_ROUNDS;
-    if (ok && !strcmp(argv[3], "f16"))
-        dt = FA_DTYPE_F16;
-    else if (ok && !strcmp(argv[3], "bf16"))
-        dt = FA_DTYPE_BF16;
-    else if (ok && strcmp(argv[3], "f32"))
-        ok = 0;
-    if (!ok) {
+    if (!(L >= 1 && L <= (1L << 24) && N >= 1 && N <= L && L % N == 0 && rounds >= 1 &&
+          rounds <= MAX_ROUNDS && cli_parse_dtype(argv[3], &dt) == 0)) {
         fprintf(stderr,
                 "usage: %s L N f16|f32|bf16 ROUNDS   (1 <= L <= 2^24, N divides L, "
                 "1 <= ROUNDS <= %d)\n",
                 argv[0], MAX_ROUNDS);
         return 2;
     }
-    const size_t es = dt == FA_DTYPE_F32 ? 4 : 2, n = (size_t)L * HK * D;
+    const size_t es = cli_dtype_size(dt), n = (size_t)L * HK * D;
     const long pages = L / N;
     void *k = alloc_2m(n * es), *v = alloc_2m(n * es), *q = malloc((size_t)H * D * es);
     void *out[LAYOUTS];
@@ -116,14 +90,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: out of memory for a cache of %ld tokens\n", argv[0], L);
         return 1;
     }
-    srand(3);
-    fill_random(k, dt, n);
-    fill_random(v, dt, n);
-    fill_random(q, dt, (size_t)H * D);
+    cli_rng rng = {3};
+    fill_random(k, dt, n, &rng);
+    fill_random(v, dt, n, &rng);
+    fill_random(q, dt, (size_t)H * D, &rng);
     for (long i = 0; i < pages; i++)
         order[i] = shuffled[i] = (int32_t)i;
     for (long i = pages; i > 1; i--) { /* Fisher-Yates */
-        const long j = rand() % i;
+        const long j = (long)(cli_rng_next(&rng) % (uint64_t)i);
         const int32_t x = shuffled[i - 1];
         shuffled[i - 1] = shuffled[j];
         shuffled[j] = x;
@@ -146,9 +120,10 @@ int main(int argc, char **argv) {
                 kv.cache_seqlen = L;
             }
             const fa_tensor to = fa_tensor_contiguous(out[m], dt, 4, qs);
-            const double t0 = now();
+            cli_poison(out[m], dt, (size_t)H * D); /* a call that writes nothing fails the check */
+            const double t0 = cli_now();
             const fa_status st = fa_forward_kvcache(NULL, NULL, &tq, &kv, &to, NULL);
-            const double dt_s = now() - t0;
+            const double dt_s = cli_now() - t0;
             if (st != FA_OK) {
                 fprintf(stderr, "%s: %s: %s\n", argv[0], names[m], fa_last_error_message());
                 return 1;
@@ -161,7 +136,7 @@ int main(int argc, char **argv) {
     const double tol = dt == FA_DTYPE_F32 ? 1e-5 : dt == FA_DTYPE_F16 ? 2e-3 : 1.6e-2;
     double err = 0.0;
     for (size_t i = 0; i < (size_t)H * D; i++) {
-        const double e = fabs((double)load(out[2], dt, i) - (double)load(out[0], dt, i));
+        const double e = fabs(cli_load(out[2], dt, i) - cli_load(out[0], dt, i));
         err = e > err || e != e ? e : err;
     }
     const int same = !memcmp(out[0], out[1], (size_t)H * D * es);

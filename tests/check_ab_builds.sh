@@ -34,31 +34,26 @@ grep -q 'paged: 10 pages of 7 tokens' <<<"$out" || fail "--page-size 7: no line 
 [ "$(grep -c ' ratio ' <<<"$out" || true)" -eq 2 ] || fail "--page-size 7: expected 2 rows"
 [ "$(grep -o 'hash [0-9a-f]*' <<<"$out" | sort -u | wc -l)" -eq 1 ] \
     || fail "--page-size 7: one library gave two different outputs"
-for bad in "--pass decode --seqlen 70 --page-size 8" "--pass fwd --page-size 7"; do
-    set +e
-    # shellcheck disable=SC2086
-    msg=$("$bin" $bad "$lib" "$lib" 2>&1)
-    rc=$?
-    set -e
-    [ "$rc" -eq 2 ] || fail "'$bad' gave exit status $rc, expected 2"
-    grep -q 'must divide' <<<"$msg" || fail "'$bad': no message saying why"
-done
 
-for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x" "--page-size 0"; do
+# usage_error PATTERN ARGS...: the two libraries after ARGS must give exit status 2 and a
+# message matching PATTERN
+usage_error() {
+    local want=$1 msg rc
+    shift
     set +e
-    # shellcheck disable=SC2086
-    msg=$("$bin" $bad "$lib" "$lib" 2>&1)
+    msg=$("$bin" "$@" "$lib" "$lib" 2>&1)
     rc=$?
     set -e
-    [ "$rc" -eq 2 ] || fail "'$bad' gave exit status $rc, expected 2"
-    grep -q 'bad option or value' <<<"$msg" || fail "'$bad': no message saying why"
+    [ "$rc" -eq 2 ] || fail "'$*' gave exit status $rc, expected 2"
+    grep -q "$want" <<<"$msg" || fail "'$*': no message saying why"
+}
+usage_error 'must divide' --pass decode --seqlen 70 --page-size 8
+usage_error 'must divide' --pass fwd --page-size 7
+for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x" "--page-size 0"; do
+    # shellcheck disable=SC2086 # each case is an option and its value
+    usage_error 'bad option or value' $bad
 done
-set +e
-msg=$("$bin" --heads 6 --kv-heads 4 "$lib" "$lib" 2>&1)
-rc=$?
-set -e
-[ "$rc" -eq 2 ] || fail "--kv-heads 4 with --heads 6 gave exit status $rc, expected 2"
-grep -q 'does not divide' <<<"$msg" || fail "--kv-heads 4 with --heads 6: no message saying why"
+usage_error 'does not divide' --heads 6 --kv-heads 4
 set +e
 "$bin" "$lib" >/dev/null 2>&1
 rc=$?
