@@ -212,27 +212,6 @@ static void bd_slice(const bd_job *j, int t, size_t *lo, size_t *hi) {
         *hi = j->bytes;
 }
 
-/* Sum of 64-bit words with 8 independent accumulators (vectorizes at the tool's flags). */
-static uint64_t bd_sum(const unsigned char *p, size_t bytes) {
-    const uint64_t *w = (const uint64_t *)(const void *)p;
-    const size_t n = bytes / 8;
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        a0 += w[i];
-        a1 += w[i + 1];
-        a2 += w[i + 2];
-        a3 += w[i + 3];
-        a4 += w[i + 4];
-        a5 += w[i + 5];
-        a6 += w[i + 6];
-        a7 += w[i + 7];
-    }
-    for (; i < n; i++)
-        a0 += w[i];
-    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
-}
-
 static void *bd_worker_main(void *arg) {
     bd_worker *w = arg;
     bd_job *j = w->job;
@@ -247,7 +226,7 @@ static void *bd_worker_main(void *arg) {
     }
     for (int p = 0; p < j->passes; p++) {
         pthread_barrier_wait(j->start);
-        w->sum += bd_sum(j->buf + lo, hi - lo);
+        w->sum += cli_sum_words(j->buf + lo, hi - lo);
         pthread_barrier_wait(j->stop);
     }
     return NULL;
@@ -287,7 +266,7 @@ static int bd_run_job(bd_job *j, double *secs) {
         for (int p = 0; p < j->passes; p++) {
             pthread_barrier_wait(&b0);
             const double t0 = cli_now();
-            w[0].sum += bd_sum(j->buf + lo, hi - lo);
+            w[0].sum += cli_sum_words(j->buf + lo, hi - lo);
             pthread_barrier_wait(&b1);
             secs[p] = cli_now() - t0;
         }
