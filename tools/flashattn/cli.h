@@ -146,10 +146,9 @@ static inline double cli_now(void) {
  * accumulators, so that it vectorizes: the read probes of bench-decode and bench_paged_layouts. */
 static inline uint64_t cli_sum_words(const unsigned char *p, size_t bytes) {
     const uint64_t *w = (const uint64_t *)(const void *)p;
-    const size_t n = bytes / 8;
+    const size_t n = bytes / 8, n8 = n - n % 8;
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (size_t i = 0; i < n8; i += 8) {
         a0 += w[i];
         a1 += w[i + 1];
         a2 += w[i + 2];
@@ -159,7 +158,7 @@ static inline uint64_t cli_sum_words(const unsigned char *p, size_t bytes) {
         a6 += w[i + 6];
         a7 += w[i + 7];
     }
-    for (; i < n; i++)
+    for (size_t i = n8; i < n; i++)
         a0 += w[i];
     return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
