@@ -7,6 +7,8 @@ testing-only attention probabilities. The functions mirror flash-attn 2.8's priv
 `_flash_attn_varlen_backward` (same arguments, same return values).
 """
 
+import operator
+
 import numpy as np
 
 from . import _lib
@@ -419,6 +421,23 @@ def dropout_mask_for(bk, shape, dropout_p, rng_state):
     return mask
 
 
+def seqlen_int(x):
+    """cache_seqlens given as one number (a Python or NumPy integer, not a bool) -> int >= 0, so
+    that a float is not truncated and a negative length is not taken for "the whole cache"."""
+    n = None
+    if not isinstance(x, (bool, np.bool_)):
+        try:
+            n = operator.index(x)
+        except TypeError:
+            pass
+    if n is None:
+        raise FlashAttnTypeError(f"cache_seqlens: expected an int or a (batch,) int32 array; got "
+                                 f"{type(x).__name__}")
+    if n < 0:
+        raise FlashAttnValueError(f"cache_seqlens is {n}; expected >= 0 (None: the whole cache)")
+    return n
+
+
 def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None,
@@ -426,7 +445,8 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
                             return_softmax_lse=False):
     """→ (out, softmax_lse) through fa_forward_kvcache; k/v (if given) are appended to
-    k_cache/v_cache in place first. cache_seqlens: None, an int, or a (B,) int32 array.
+    k_cache/v_cache in place first. cache_seqlens: None, an int >= 0 (seqlen_int), or a (B,)
+    int32 array.
     softmax_lse is None unless return_softmax_lse (the library then writes none)."""
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     _rank_check(k_cache, "k_cache", (4,),
@@ -456,8 +476,9 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
             t, kp = bk.view(x, nm)
             fields[names[nm]] = t
             keep.append(kp)
-    if cache_seqlens is not None and not hasattr(cache_seqlens, "shape"):
-        fields["cache_seqlen"] = int(cache_seqlens)  # an int: the same length for every row
+    if cache_seqlens is not None and not isinstance(cache_seqlens, np.ndarray) and \
+            not hasattr(cache_seqlens, "__dlpack__"):  # one length for every row
+        fields["cache_seqlen"] = seqlen_int(cache_seqlens)
     else:
         put("cache_seqlens", cache_seqlens)
     put("cache_batch_idx", cache_batch_idx)

@@ -432,7 +432,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             return_softmax_lse=False):
     seqlen = -1
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
-        seqlen, cache_seqlens = int(cache_seqlens), None
+        seqlen, cache_seqlens = _core.seqlen_int(cache_seqlens), None
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, seqlen,
             cache_batch_idx, cache_leftpad, block_table, _scale(softmax_scale, q), causal,
             window_size[0], window_size[1], softcap, rotary_interleaved, alibi_slopes, num_splits)

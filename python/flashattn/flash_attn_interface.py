@@ -288,8 +288,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             cache_seqlens + i) and q (at cache_seqlens + i with causal or a window, else at
             cache_seqlens); needs k and v. rotary_interleaved: pairs (2t, 2t+1) if True, else
             (t, t + rotary_dim/2) (GPT-NeoX).
-        cache_seqlens: int or (batch_size,) int32: tokens already in each cache row; None means
-            the whole cache.
+        cache_seqlens: int >= 0 (Python or NumPy) or (batch_size,) int32: tokens already in each
+            cache row; None means the whole cache.
         cache_batch_idx: (batch_size,) int32 cache rows to use; cache_leftpad: (batch_size,)
             int32 first valid position of each row (neither with block_table).
         block_table: (batch_size, max_blocks_per_seq) int32 pages of each sequence.

@@ -167,5 +167,27 @@ def test_kvcache_errors(rng):
     assert np.isfinite(flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3)).all()
 
 
+def test_kvcache_seqlens_as_one_number(rng):
+    """cache_seqlens as one number: a Python or NumPy integer, the same as the (B,) array of it;
+    a negative one is an error (not "the whole cache", which is None), and a float, a bool or a
+    list is refused rather than truncated or guessed at. Nothing is written on error."""
+    q = randn(rng, (2, 1, 2, 8), np.float32)
+    kc = randn(rng, (2, 10, 2, 8), np.float32)
+    vc = randn(rng, (2, 10, 2, 8), np.float32)
+    kn = randn(rng, (2, 1, 2, 8), np.float32)
+    want = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=np.array([4, 4], np.int32))
+    for n in (4, np.int32(4), np.int64(4)):
+        assert np.array_equal(flash_attn_with_kvcache(q, kc, vc, cache_seqlens=n), want)
+    k0, v0 = kc.copy(), vc.copy()
+    for bad, err, match in ((-1, ValueError, r"cache_seqlens is -1; expected >= 0 \(None"),
+                            (-5, ValueError, "cache_seqlens is -5"),
+                            (4.0, TypeError, "expected an int or a \\(batch,\\) int32 array; "
+                             "got float"),
+                            (True, TypeError, "got bool"), ([4, 4], TypeError, "got list")):
+        with pytest.raises(err, match=match):
+            flash_attn_with_kvcache(q, kc, vc, kn, kn, cache_seqlens=bad)
+    assert np.array_equal(kc, k0) and np.array_equal(vc, v0)
+
+
 def test_tolerances_table_covers_dtypes():
     assert all(d.name in TOL for d in DTYPES)

@@ -493,6 +493,21 @@ def test_kvcache_eager_call_matches_the_op():
     assert any("flashattn_c" in name for name in mode.ops), mode.ops
 
 
+def test_kvcache_seqlens_as_one_number():
+    """An int cache_seqlens is the (B,) tensor of it; a negative one, a float or a bool is an
+    error with nothing written (-1 is not "the whole cache": that is None)."""
+    torch.manual_seed(5)
+    q, kn = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8)
+    kc, vc = torch.randn(2, 10, 2, 8), torch.randn(2, 10, 2, 8)
+    want = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.full((2,), 4, dtype=torch.int32))
+    assert torch.equal(flash_attn_with_kvcache(q, kc, vc, cache_seqlens=4), want)
+    k0, v0 = kc.clone(), vc.clone()
+    for bad, err in ((-1, ValueError), (4.0, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="cache_seqlens"):
+            flash_attn_with_kvcache(q, kc, vc, kn, kn, cache_seqlens=bad)
+    assert torch.equal(kc, k0) and torch.equal(vc, v0)
+
+
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4 has no torch.library.custom_op")
 def test_kvcache_under_torch_compile():
     """A compiled decode step appends to the cache in place (a mutating custom op) and matches
