@@ -14,8 +14,9 @@
  * Each build is loaded with dlopen(RTLD_LOCAL) and called through the public API (fa_forward,
  * fa_backward, fa_forward_kvcache with the NULL context: FA_NUM_THREADS threads), on the same
  * random inputs (B = 1, BSHD, contiguous). The backward is timed alone, after a forward of the
- * same build. --pass decode times one query token against a cache of S tokens (q (1, 1, H, D),
- * cache (1, S, Hk, D), Hk from --kv-heads, H = 32 and Hk = 8 unless given) and prints the
+ * same build. --pass decode times one query token (--queries N: N of them, as a speculative
+ * step checks several) against a cache of S tokens (q (1, N, H, D), cache (1, S, Hk, D), Hk
+ * from --kv-heads, H = 32 and Hk = 8 unless given) and prints the
  * cache's GB/s instead of GFLOP/s; with --page-size N the cache is paged, S / N pages of N
  * tokens in a pool (S / N, N, Hk, D) whose block table is a fixed shuffle of the pool.
  */
@@ -57,6 +58,7 @@ typedef struct config {
     int pass, causal, rounds;
     long S, D, H, Hk; /* Hk 0: H (fwd, bwd) or 8 (decode) */
     long page;        /* decode: > 0, tokens per page of a paged cache */
+    long queries;     /* decode: query tokens (1 unless given) */
     fa_dtype dtype;
 } config;
 
@@ -109,11 +111,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_ab_builds [--pass fwd|bwd|decode] [--dtype f32|f16|bf16]\n"
             "                       [--seqlen S] [--dim D] [--heads H] [--kv-heads HK]\n"
-            "                       [--causal 0|1] [--rounds N] [--page-size N]\n"
+            "                       [--causal 0|1] [--rounds N] [--page-size N] [--queries N]\n"
             "                       OLD.so NEW.so [MORE.so ...]\n"
             "defaults: fwd, f32, S = 4096, D = 128, H = 16 (decode: 32), HK = H (decode: 8),\n"
             "non-causal, 10 rounds, a contiguous cache; at most %d builds and %d rounds;\n"
-            "--page-size (decode only) must divide S\n",
+            "--page-size (decode only) must divide S; --queries (decode only, 1-1024, default 1)\n",
             MAX_BUILDS, MAX_ROUNDS);
 }
 
@@ -152,6 +154,8 @@ static int parse(int argc, char **argv, config *c) {
             c->rounds = (int)n;
         else if (strcmp(o, "--page-size") == 0 && num && n >= 1 && n <= 1 << 20)
             c->page = n;
+        else if (strcmp(o, "--queries") == 0 && num && n >= 1 && n <= 1024)
+            c->queries = n;
         else {
             fprintf(stderr, "bench_ab_builds: bad option or value: %s %s\n", o, v);
             return 0;
@@ -171,6 +175,12 @@ static int parse(int argc, char **argv, config *c) {
                         "--seqlen\n");
         return 0;
     }
+    if (c->queries && c->pass != PASS_DECODE) {
+        fprintf(stderr, "bench_ab_builds: --queries is for --pass decode\n");
+        return 0;
+    }
+    if (!c->queries)
+        c->queries = 1;
     const int nlib = argc - i;
     if (nlib < 2 || nlib > MAX_BUILDS) {
         fprintf(stderr, "bench_ab_builds: give 2 to %d library paths after the options\n",
@@ -197,15 +207,16 @@ int main(int argc, char **argv) {
         if (!load(&builds[i], argv[first + i]))
             return 1;
 
-    /* decode: q, out, dout (1, 1, H, D), K and V (1, S, Hk, D); else q (1, S, H, D), K and V
+    /* decode: q, out, dout (1, Q, H, D), K and V (1, S, Hk, D); else q (1, S, H, D), K and V
      * (1, S, Hk, D) */
     const int dec = c.pass == PASS_DECODE, bwd = c.pass == PASS_BWD;
-    const size_t es = c.dtype == FA_DTYPE_F32 ? 4 : 2, nq = (size_t)((dec ? 1 : c.S) * c.H * c.D);
+    const long sq = dec ? c.queries : c.S;
+    const size_t es = c.dtype == FA_DTYPE_F32 ? 4 : 2, nq = (size_t)(sq * c.H * c.D);
     const size_t nk = (size_t)(c.S * c.Hk * c.D);
     enum { Q, K, V, OUT, DOUT, DQ, DK, DV, NBUF };
     const size_t count[NBUF] = {nq, nk, nk, nq, nq, nq, nk, nk};
     void *buf[NBUF];
-    float *lse = malloc(sizeof(float) * (size_t)(c.H * c.S));
+    float *lse = malloc(sizeof(float) * (size_t)(c.H * sq));
     for (int t = 0; t < NBUF; t++)
         buf[t] = malloc(count[t] * es);
     for (int t = 0; t < NBUF; t++)
@@ -240,16 +251,17 @@ int main(int argc, char **argv) {
         table[i - 1] = table[k];
         table[k] = x;
     }
-    const int64_t qshape[4] = {1, dec ? 1 : c.S, c.H, c.D};
+    const int64_t qshape[4] = {1, sq, c.H, c.D};
     const int64_t kshape[4] = {c.page ? pages : 1, c.page ? c.page : c.S, c.Hk, c.D};
     const int64_t tshape[2] = {1, pages};
-    const int64_t lse_shape[3] = {1, c.H, dec ? 1 : c.S};
+    const int64_t lse_shape[3] = {1, c.H, sq};
     for (int r = 0; r < c.rounds; r++)
         for (int k = 0; k < nb; k++) {
             build *b = &builds[(k + r) % nb]; /* the order rotates every round */
             fa_tensor t[NBUF];
             for (int u = 0; u < NBUF; u++)
-                t[u] = b->tensor(buf[u], c.dtype, 4, count[u] == nk ? kshape : qshape);
+                t[u] = b->tensor(buf[u], c.dtype, 4,
+                                 u == K || u == V || u == DK || u == DV ? kshape : qshape);
             fa_tensor l = b->tensor(lse, FA_DTYPE_F32, 3, lse_shape);
             fa_params p;
             b->params_init(&p);
@@ -293,13 +305,16 @@ int main(int argc, char **argv) {
                             : 4.0 * (double)c.H * (double)c.S * (double)c.S * (double)c.D *
                                   (c.causal ? 0.5 : 1.0) * (bwd ? 2.5 : 1.0);
     static const char *pass_name[3] = {"forward", "backward", "decode"};
-    printf("%s %s S=%ld D=%ld H=%ld Hk=%ld %s, %d rounds; ratio: median over rounds of time / the "
-           "first build's time in that round\n",
+    char queries[32] = "";
+    if (dec && c.queries > 1)
+        snprintf(queries, sizeof queries, " Sq=%ld", c.queries);
+    printf("%s %s%s S=%ld D=%ld H=%ld Hk=%ld %s, %d rounds; ratio: median over rounds of time / "
+           "the first build's time in that round\n",
            pass_name[c.pass],
            c.dtype == FA_DTYPE_F32   ? "f32"
            : c.dtype == FA_DTYPE_F16 ? "f16"
                                      : "bf16",
-           c.S, c.D, c.H, c.Hk, c.causal ? "causal" : "non-causal", c.rounds);
+           queries, c.S, c.D, c.H, c.Hk, c.causal ? "causal" : "non-causal", c.rounds);
     if (c.page)
         printf("paged: %ld pages of %ld tokens, their order shuffled\n", pages, c.page);
     for (int k = 0; k < nb; k++) {

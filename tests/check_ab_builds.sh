@@ -2,7 +2,7 @@
 # check_ab_builds.sh BENCH_AB_BUILDS LIBFLASHATTN
 #
 # Smoke test of bench/ab_builds.c (a second): the same library given twice, forward, backward
-# and decode, must print one row per build with equal output hashes and a ratio; bad arguments
+# and decode (contiguous, paged, several query tokens), must print one row per build with equal output hashes and a ratio; bad arguments
 # must give exit status 2 and a message. Timing numbers are not checked.
 set -euo pipefail
 
@@ -35,6 +35,15 @@ grep -q 'paged: 10 pages of 7 tokens' <<<"$out" || fail "--page-size 7: no line 
 [ "$(grep -o 'hash [0-9a-f]*' <<<"$out" | sort -u | wc -l)" -eq 1 ] \
     || fail "--page-size 7: one library gave two different outputs"
 
+# a decode of 5 query tokens (a speculative step) against a cache of 70: q (1, 5, 4, 24)
+out=$("$bin" --pass decode --dtype f16 --seqlen 70 --dim 24 --heads 4 --kv-heads 2 --rounds 3 \
+      --causal 1 --queries 5 "$lib" "$lib")
+echo "$out"
+grep -q '^decode f16 Sq=5 S=70 ' <<<"$out" || fail "--queries 5: the header does not say Sq=5"
+[ "$(grep -c ' ratio ' <<<"$out" || true)" -eq 2 ] || fail "--queries 5: expected 2 rows"
+[ "$(grep -o 'hash [0-9a-f]*' <<<"$out" | sort -u | wc -l)" -eq 1 ] \
+    || fail "--queries 5: one library gave two different outputs"
+
 # usage_error PATTERN ARGS...: the two libraries after ARGS must give exit status 2 and a
 # message matching PATTERN
 usage_error() {
@@ -49,7 +58,9 @@ usage_error() {
 }
 usage_error 'must divide' --pass decode --seqlen 70 --page-size 8
 usage_error 'must divide' --pass fwd --page-size 7
-for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x" "--page-size 0"; do
+usage_error 'is for --pass decode' --pass bwd --queries 4
+for bad in "--dim 0" "--causal 2" "--rounds 0" "--pass sideways" "--seqlen x" "--page-size 0" \
+    "--queries 0" "--queries 1025"; do
     # shellcheck disable=SC2086 # each case is an option and its value
     usage_error 'bad option or value' $bad
 done

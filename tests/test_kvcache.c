@@ -1139,8 +1139,33 @@ static void group_split(void) {
         c.causal = 1;
         c.rd = 32;
         run1(&c, &r);
-        c.Sq = 5; /* 20 rows: not split */
+        c.Sq = 5; /* 20 rows: split, decode's products (up to FA_DECODE_ROWS = 64 rows) */
         run1(&c, &r);
+        c.Sq = 16; /* 64 rows: the most that decode takes */
+        run1(&c, &r);
+        c.Sq = 17; /* 68 rows: the prefill's packed products, not split */
+        run1(&c, &r);
+        c = kbase(k_dtypes[t], 1, 64, 4, 4, 32, 0, 3000); /* MHA: 64 rows of one head, split */
+        c.seqlens[0] = 2990;
+        c.causal = 1;
+        run1(&c, &r);
+        c.Sq = 65; /* 65 rows: not split */
+        run1(&c, &r);
+        for (int64_t sq = 6; sq <= 11;
+             sq +=
+             sq == 9
+                 ? 2
+                 : 1) { /* 18, 21, 24, 27 rows (3 query
+                         * heads per KV head): every row count mod 4, paged; 33: bf16 past its 32 */
+            krun pr = krun_default();
+            pr.page = sq == 7 ? 3 : 16;
+            c = kbase(k_dtypes[t], 2, sq, 6, 2, 48, sq, 2500);
+            c.seqlens[0] = 2400;
+            c.seqlens[1] = 1300;
+            c.causal = sq % 2;
+            c.softcap = sq == 8 ? 5.0f : 0.0f;
+            run1(&c, &pr);
+        }
         c = kbase(k_dtypes[t], 2, 2, 8, 1, 32, 2, 3000); /* g·Sq = 16 with leftpad and window */
         c.seqlens[0] = 2900;
         c.seqlens[1] = 1500;
@@ -1433,7 +1458,7 @@ static void group_determinism(void) {
             c.seqlens[2] = 1500;
             c.rd = 64;
             c.causal = 1;
-        } else if (v == 1) { /* not split: 32 rows */
+        } else if (v == 1) { /* split: 32 rows, decode's bf16 products (rows in fours) */
             c = kbase(FA_DTYPE_BF16, 2, 8, 8, 2, 64, 8, 1200);
             c.seqlens[0] = 1100;
             c.seqlens[1] = 40;

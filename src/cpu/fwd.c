@@ -13,13 +13,13 @@
  *     O = diag(alpha) O + P V                   (microkernel)
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
  *
- * Split-KV (decode): a batch whose g·Sq rows are few (FA_SPLIT_ROWS) has too little work per
- * task to use the threads, so its keys are cut into chunks (split_chunk: their size depends
- * only on the batch's key count), each computed for all KV heads (so the cache is read front to
- * back) into a partial holding every head's unnormalized (m, l, O); a second pass merges the
- * partials of each (batch, KV head) in chunk order. A task takes a run of consecutive chunks
- * (how many depends on the thread count): inside a run the next chunk's first block is
- * prefetched like any next block, where a task per chunk started each chunk on cold rows.
+ * Split-KV (decode): a batch whose g·Sq rows are few (FA_DECODE_ROWS: a step of one or a few
+ * tokens) has too little work per task to use the threads, so its keys are cut into chunks
+ * (split_chunk: their size depends only on the batch's key count), each computed for all KV heads
+ * (so the cache is read front to back) into a partial holding every head's unnormalized (m, l, O);
+ * a second pass merges the partials of each (batch, KV head) in chunk order. A task takes a run of
+ * consecutive chunks (how many depends on the thread count): inside a run the next chunk's first
+ * block is prefetched like any next block, where a task per chunk started each chunk on cold rows.
  *
  * K and V blocks reach the products packed (Kᵀ, and V where its rows cannot serve in place): from
  * the thread's head pack, where each key of a (batch, KV head) is packed once per thread for all
@@ -37,13 +37,17 @@
 #include <string.h>
 
 enum {
-    FA_ROWS = 252,      /* target rows (query heads x positions) per task: 28 x 9, 42 x 6 */
-    FA_BR_MAX = 252,    /* most query positions per task */
-    FA_SPLIT_ROWS = 16, /* batches with g·Sq <= this many rows split their keys */
-    FA_CHUNK = 1024,    /* most keys per split chunk, a multiple of FA_BC */
-    FA_CHUNKS = 8,      /* chunks a shorter cache is cut into (chunks of at least FA_BC keys) */
-    FA_RUNS = 4,        /* runs grow only while every thread keeps this many split tasks */
-    FA_RUN_MAX = 8      /* most chunks per split task */
+    FA_ROWS = 252,              /* target rows (query heads x positions) per task: 28 x 9, 42 x 6 */
+    FA_BR_MAX = 252,            /* most query positions per task */
+    FA_ROWS_IN_PLACE = 16,      /* tasks of at most this many rows read K/V rows in place */
+    FA_DECODE_ROWS = 64,        /* batches with g·Sq <= this many rows are decodes (keys split,
+                                   rows in place) where the prefill widens fp16/bf16 rows */
+    FA_DECODE_ROWS_PACKED = 32, /* the same where fp32 rows serve its packs as they are or its
+                                   products are bf16 dot products (fa__cpu_forward) */
+    FA_CHUNK = 1024,            /* most keys per split chunk, a multiple of FA_BC */
+    FA_CHUNKS = 8, /* chunks a shorter cache is cut into (chunks of at least FA_BC keys) */
+    FA_RUNS = 4,   /* runs grow only while every thread keeps this many split tasks */
+    FA_RUN_MAX = 8 /* most chunks per split task */
 };
 
 /* Most bytes of one thread's head pack (fwd_plan.hp): longer heads are packed block by block. */
@@ -60,7 +64,10 @@ typedef struct fwd_plan {
     int64_t *split;      /* [B]: key chunks per (batch, KV head); 0 = not split */
     int64_t run;         /* consecutive chunks per split task */
     int64_t *part_start; /* [B + 1]: first partial of each batch */
-    float *partial;      /* per partial: m, l [FA_SPLIT_ROWS] then O [FA_SPLIT_ROWS, D] */
+    int64_t decode_rows; /* batches with g·Sq <= this many rows are decodes (FA_DECODE_ROWS,
+                            FA_DECODE_ROWS_PACKED) */
+    int64_t part_rows;   /* rows of a partial: at least g·Sq of every split batch */
+    float *partial;      /* per partial: m, l [part_rows] then O [part_rows, D] */
     float *scratch;      /* [threads][scratch_floats] */
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
@@ -79,7 +86,9 @@ typedef struct fwd_plan {
     uint8_t *hp_done; /* [threads][hp_chunks]: chunk packed */
 } fwd_plan;
 
-static size_t partial_floats(int64_t D) { return fa__round_up((size_t)FA_SPLIT_ROWS * (D + 2)); }
+static size_t partial_floats(const fwd_plan *pl) {
+    return fa__round_up((size_t)(pl->part_rows * (pl->p->D + 2)));
+}
 
 /* One task's rows: KV heads [hk0, hk0 + nh), each with R = g·nr rows (query head
  * hk·g + r/nr at position i0 + r%nr) whose state (Q, O, m, l) sits at row offset (hk-hk0)·R. */
@@ -93,7 +102,7 @@ typedef struct fwd_rows {
 /* Rows of state a task may need: a query block of one KV head, or every KV head of a split
  * batch's chunk. */
 static size_t state_rows(const fwd_plan *pl) {
-    const int64_t block = pl->g * pl->br, split = pl->p->Hk * FA_SPLIT_ROWS;
+    const int64_t block = pl->g * pl->br, split = pl->p->Hk * pl->part_rows;
     return (size_t)(block > split ? block : split);
 }
 
@@ -248,9 +257,14 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
  * of the next block, keys [jn, jn + nn) (nn = 0: none).
  * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
  * pv_rows_bf16 on P rounded to bf16). */
+/* alpha of decode's pv calls after a block's first: O not rescaled */
+#define FA_ONES8 1, 1, 1, 1, 1, 1, 1, 1
+static const float decode_ones[FA_DECODE_ROWS] = {FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8,
+                                                  FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8};
+#undef FA_ONES8
+
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
                          int64_t nn, int masked, int qbf16) {
-    static const float ones[FA_SPLIT_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = p->D, b = t->b, R = t->R, rk = fa__row0_k(p, b), h00 = t->hk0;
@@ -322,11 +336,11 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
                 const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
-                const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : ones;
+                const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : decode_ones;
                 float *o = t->O + (hk - h00) * R * D;
                 if (qbf16) { /* P rounded to bf16 pairs, as the prefill's bf16 P V takes it */
                     enum { LD2 = FA_DECODE_KEYS / 2 };
-                    uint32_t p2[FA_SPLIT_ROWS * LD2]; // P: [R, c/2] pairs
+                    uint32_t p2[FA_DECODE_ROWS * LD2]; // P: [R, c/2] pairs
                     for (int64_t r = 0; r < R; r++)
                         kern->to_bf16(c, sp + r * FA_BC, (uint16_t *)(p2 + r * LD2));
                     kern->pv_rows_bf16((int)R, c, (int)D, p2, LD2, v, alpha, o, D, &pf);
@@ -393,7 +407,9 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
     /* Few rows (decode): products straight from the K/V rows, no packing; the cache is read
      * once and the work per key is small, so packing would cost more than it saves. */
-    const int rows = kern->qk_rows != NULL && R <= FA_SPLIT_ROWS && p->k.sd == 1 && p->v.sd == 1;
+    const int rows = kern->qk_rows != NULL &&
+                     (R <= FA_ROWS_IN_PLACE || pl->g * sq <= pl->decode_rows) && p->k.sd == 1 &&
+                     p->v.sd == 1;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
     /* Decode of bf16 q, K and V (even D, 4-row tiles): both products on the bf16 dot product,
      * straight on the rows as they are. */
@@ -554,11 +570,11 @@ static void fwd_task(void *arg, int64_t task, int worker) {
             if (c + 1 < c1 && j_hi > hi) next = j_hi < hi + ck ? j_hi : hi + ck;
             run_rows(pl, &t, lo, hi, next, c == c0);
             for (int64_t hk = 0; hk < p->Hk; hk++) {
-                const size_t at = (size_t)(pl->part_start[b] + hk * nc + c) * partial_floats(D);
+                const size_t at = (size_t)(pl->part_start[b] + hk * nc + c) * partial_floats(pl);
                 float *part = pl->partial + at;
                 memcpy(part, t.m + hk * t.R, (size_t)t.R * sizeof(float));
-                memcpy(part + FA_SPLIT_ROWS, t.l + hk * t.R, (size_t)t.R * sizeof(float));
-                memcpy(part + 2 * FA_SPLIT_ROWS, t.O + hk * t.R * D,
+                memcpy(part + pl->part_rows, t.l + hk * t.R, (size_t)t.R * sizeof(float));
+                memcpy(part + 2 * pl->part_rows, t.O + hk * t.R * D,
                        (size_t)(t.R * D) * sizeof(float));
             }
         }
@@ -576,23 +592,24 @@ static void merge_task(void *arg, int64_t task, int worker) {
     const int64_t D = p->D, b = task / p->Hk, hk = task % p->Hk, nc = pl->split[b];
     if (!nc) return;
     const int64_t sq = fa__seqlen_q(p, b), R = pl->g * sq;
-    const float *first = pl->partial + (size_t)(pl->part_start[b] + hk * nc) * partial_floats(D);
+    const size_t pf = partial_floats(pl);
+    const float *first = pl->partial + (size_t)(pl->part_start[b] + hk * nc) * pf;
     float *o = pl->scratch + (size_t)worker * pl->scratch_floats; // o: [D]
     for (int64_t r = 0; r < R; r++) {
         float m = -INFINITY;
         for (int64_t c = 0; c < nc; c++) {
-            const float mc = first[c * partial_floats(D) + r];
+            const float mc = first[c * pf + r];
             m = mc > m ? mc : m;
         }
         const float m_use = m == -INFINITY ? 0.0f : m;
         float l = 0.0f;
         memset(o, 0, (size_t)D * sizeof *o);
         for (int64_t c = 0; c < nc; c++) {
-            const float *part = first + c * partial_floats(D);
+            const float *part = first + c * pf;
             const float w = exp2f(part[r] - m_use); /* an empty chunk has m = -inf: w = 0 */
             if (w == 0.0f) continue;
-            l += w * part[FA_SPLIT_ROWS + r];
-            const float *oc = part + 2 * FA_SPLIT_ROWS + r * D;
+            l += w * part[pl->part_rows + r];
+            const float *oc = part + 2 * pl->part_rows + r * D;
             for (int64_t t = 0; t < D; t++) o[t] += w * oc[t];
         }
         write_row(pl, b, hk * pl->g + r / sq, r % sq, o, m, l);
@@ -619,7 +636,8 @@ static void head_packs(fwd_plan *pl, int nthreads) {
     pl->hp = NULL, pl->hp_head = NULL;
     /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
     const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL;
-    if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= FA_SPLIT_ROWS)) return;
+    if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= pl->decode_rows))
+        return;
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
     const size_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : (size_t)sk * pl->ldv; /* V rows */
     pl->hp_floats = fa__round_up((size_t)(pl->hp_chunks * p->D * pl->ldk) + v);
@@ -646,6 +664,16 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     pl.ldv = fa__packed_ld(p->D);
 
     const int nthreads = fa__context_threads(ctx);
+    /* How many rows decode's products take before the prefill's packed ones do better (on Zen
+     * 4, AVX-512 and AVX2, bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the
+     * prefill widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); fp32 rows
+     * and bf16 on the bf16 dot product up to 32 (at 64, AVX2's fp32 decode took 1.32 times the
+     * prefill's time, the bf16 dot product's 1.14-1.27 with one or eight query heads per KV
+     * head). Every split batch has g·sq <= g·Sq (Sq: the longest query) and <= decode_rows. */
+    const int widened =
+        p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 == NULL);
+    pl.decode_rows = widened ? FA_DECODE_ROWS : FA_DECODE_ROWS_PACKED;
+    pl.part_rows = pl.g * p->Sq < pl.decode_rows ? pl.g * p->Sq : pl.decode_rows;
     pl.scratch_floats = scratch_floats(&pl);
     pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
     pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
@@ -658,7 +686,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b);
         const int64_t ck = split_chunk(sk);
-        const int split = sq > 0 && pl.g * sq <= FA_SPLIT_ROWS && sk > ck;
+        const int split = sq > 0 && pl.g * sq <= pl.decode_rows && sk > ck;
         pl.split[b] = split ? (sk + ck - 1) / ck : 0;
         chunks += pl.split[b];
     }
@@ -675,7 +703,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     }
     pl.partial = NULL;
     if (pl.part_start[p->B] > 0) {
-        pl.partial = malloc((size_t)pl.part_start[p->B] * partial_floats(p->D) * sizeof(float));
+        pl.partial = malloc((size_t)pl.part_start[p->B] * partial_floats(&pl) * sizeof(float));
         if (!pl.partial) goto no_memory;
     }
     if (p->cu_q) clear_outside(p);

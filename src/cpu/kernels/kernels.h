@@ -58,7 +58,7 @@ typedef struct fa__cpu_kernels {
      * or bf16, rounded to nearest even as convert.h rounds (NaN payloads may differ). */
     void (*from_f32)(int n, const float *src, float scale, int32_t dtype, void *dst);
 
-    /* Decode products on K/V rows read in place (no packing), for m <= 16 query rows; NULL
+    /* Decode products on K/V rows read in place (no packing), for m <= 64 query rows; NULL
      * where a set has none (the packed products above serve then). Rows are given by pointers
      * (any dtype: f32, f16, bf16, converted in registers), so paged caches need no copy.
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
