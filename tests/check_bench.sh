@@ -86,13 +86,25 @@ for paged in 3:shuffled 16:in-order; do
     fi
 done
 
+# several query tokens per step (a speculative step: 6 tokens, 24 query rows per KV head), paged
+"$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes f32,f16 --runs 2 --probe-mib 8 \
+    --probe-passes 2 --page-size 16 --queries 6 >"$out/bench-decode-q6.txt" \
+    || fail "bench-decode --queries 6 exited with $?"
+cat "$out/bench-decode-q6.txt"
+grep -q '^shape: *Sq=6, ' "$out/bench-decode-q6.txt" || fail "bench-decode --queries 6: no Sq=6"
+rows=$(grep -cE '^(fp32|fp16) +[13] +(256|1000) .*%' "$out/bench-decode-q6.txt" || true)
+[ "$rows" -eq 8 ] || fail "bench-decode --queries 6: expected 8 rows, got $rows"
+if grep -q 'CHECK FAILED' "$out/bench-decode-q6.txt"; then
+    fail "bench-decode --queries 6: a row disagreed with fp64"
+fi
+
 # Bad usage exits with 2
 set +e
 "$bin" bench --dims x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad usage should exit with 2"
 for bad in "--lens 0" "--dtypes f8" "--layout bsdh" "--runs 256" "--frobnicate" \
            "--page-size 0" "--page-size x" "--page-order random" "--page-order in-order" \
-           "--layout bhsd --page-size 16"; do
+           "--layout bhsd --page-size 16" "--queries 0" "--queries 65"; do
     # shellcheck disable=SC2086 # each case is an option and its value
     "$bin" bench-decode $bad >/dev/null 2>&1
     [ $? -eq 2 ] || fail "bench-decode $bad should exit with 2"

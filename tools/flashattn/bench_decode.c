@@ -15,12 +15,14 @@
  * this project's VMs it flipped between about 34 and 60 GB/s from run to run while the decode's
  * own rate did not move, so a separate buffer says little about the memory the caches got.
  *
- * Shape: H = 32 query heads, Hk = 8 KV heads, D = 128, Sq = 1, the whole cache attended
+ * Shape: H = 32 query heads, Hk = 8 KV heads, D = 128, Sq = 1 (--queries N: N query tokens, as a
+ * speculative step checks several), the whole cache attended
  * (cache_seqlen = -1, no append), contiguous BSHD caches (--layout bhsd: the same logical view
  * of head-major memory, through strides; --page-size N: paged caches, a pool of pages of N
  * tokens and a block table that scatters each sequence's pages over it). Configurations whose
  * caches do not fit in MemAvailable (with a margin) are skipped and listed. Each row also checks
- * batch 0's first and last heads against an fp64 computation over the cache, so a broken kernel
+ * batch 0's first and last heads (of its first and last query tokens) against an fp64
+ * computation over the cache, so a broken kernel
  * cannot report a good time.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -58,6 +60,7 @@ typedef struct bd_options {
     long page;        /* > 0: paged caches of pages of this many tokens (--page-size) */
     int page_inorder; /* pages handed out in order, not shuffled (--page-order in-order) */
     int page_order;   /* --page-order given */
+    long queries;     /* query tokens per sequence (--queries; default 1) */
 } bd_options;
 
 /* ---- small helpers ----------------------------------------------------------------------------
@@ -366,9 +369,10 @@ static size_t bd_row_at(const bd_layout *y, long L, long j, int hk) {
                    : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
 }
 
-/* Batch 0, heads 0 and H-1 against fp64 over the whole cache: max |out - ref|. */
+/* Batch 0, heads 0 and H-1 of its first and last query tokens (of sq) against fp64 over the
+ * whole cache: max |out - ref|. */
 static double bd_check(const void *q, const void *kc, const void *vc, const void *out, fa_dtype t,
-                       long L, const bd_layout *y) {
+                       long L, long sq, const bd_layout *y) {
     const int heads[2] = {0, BD_H - 1};
     const int g = BD_H / BD_HK;
     const double scale = 1.0 / sqrt((double)BD_D);
@@ -376,15 +380,15 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
     double *s = malloc(sizeof(double) * (size_t)L), acc[BD_D];
     if (!s)
         return NAN;
-    for (int k = 0; k < 2; k++) {
-        const int h = heads[k], hk = h / g;
+    for (int k = 0; k < 4; k++) {
+        const int h = heads[k % 2], hk = h / g;
+        const size_t row = ((size_t)(k < 2 ? 0 : sq - 1) * BD_H + (size_t)h) * BD_D; /* q, out */
         double m = -INFINITY, l = 0.0;
         for (long j = 0; j < L; j++) {
             double dot = 0.0;
             const size_t kb = bd_row_at(y, L, j, hk);
             for (int d = 0; d < BD_D; d++)
-                dot +=
-                    cli_load(q, t, (size_t)h * BD_D + (size_t)d) * cli_load(kc, t, kb + (size_t)d);
+                dot += cli_load(q, t, row + (size_t)d) * cli_load(kc, t, kb + (size_t)d);
             s[j] = dot * scale;
             if (s[j] > m)
                 m = s[j];
@@ -399,7 +403,7 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
                 acc[d] += p * cli_load(vc, t, vb + (size_t)d);
         }
         for (int d = 0; d < BD_D; d++) {
-            const double e = fabs(cli_load(out, t, (size_t)h * BD_D + (size_t)d) - acc[d] / l);
+            const double e = fabs(cli_load(out, t, row + (size_t)d) - acc[d] / l);
             if (!(e <= err))
                 err = isnan(e) ? INFINITY : e > err ? e : err;
         }
@@ -427,9 +431,9 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
         return;
     }
     unsigned char *kc = bd_alloc(per_cache), *vc = bd_alloc(per_cache);
-    const size_t nq = (size_t)r->B * BD_H * BD_D;
+    const size_t nq = (size_t)r->B * (size_t)o->queries * BD_H * BD_D;
     void *q = cli_xmalloc(nq * es, "q"), *out = cli_xmalloc(nq * es, "out");
-    float *lse = cli_xmalloc(sizeof(float) * (size_t)r->B * BD_H, "lse");
+    float *lse = cli_xmalloc(sizeof(float) * (size_t)r->B * BD_H * (size_t)o->queries, "lse");
     int32_t *bt = o->page > 0
                       ? cli_xmalloc(sizeof(int32_t) * (size_t)r->B * (size_t)per_seq, "block table")
                       : NULL;
@@ -468,7 +472,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
         bt[k] = x;
     }
 
-    const int64_t qs[4] = {r->B, 1, BD_H, BD_D}, ls[3] = {r->B, BD_H, 1};
+    const int64_t qs[4] = {r->B, o->queries, BD_H, BD_D}, ls[3] = {r->B, BD_H, o->queries};
     const int64_t cs[4] = {o->page > 0 ? (int64_t)npages : r->B, o->page > 0 ? o->page : r->L,
                            BD_HK, BD_D};
     const int64_t bts[2] = {r->B, per_seq};
@@ -496,7 +500,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     cli_poison(out, r->dtype, nq);
     CLI_CHECK("fa_forward_kvcache", fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl));
     const bd_layout y = {o->bhsd, o->page, bt};
-    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, &y);
+    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, o->queries, &y);
 
     /* Probe passes and decode calls alternate, so each round's ratio compares the two in the
      * same moment: this project's VMs change their memory read rate from minute to minute. */
@@ -540,8 +544,9 @@ static void bd_usage(FILE *f) {
     fprintf(f,
             "usage: flashattn bench-decode [options]\n"
             "\n"
-            "Decode-step attention (one query token per sequence) against a KV cache through\n"
-            "fa_forward_kvcache: H=32, Hk=8, D=128, whole cache attended, BSHD caches.\n"
+            "Decode-step attention (one query token per sequence, or --queries N) against a KV\n"
+            "cache through fa_forward_kvcache: H=32, Hk=8, D=128, whole cache attended, BSHD\n"
+            "caches.\n"
             "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V) and its\n"
             "share of the read bandwidth of the same K and V buffers, by a multi-threaded read\n"
             "probe (a sum over each buffer, each thread its own slice) that reads K and V once\n"
@@ -564,6 +569,8 @@ static void bd_usage(FILE *f) {
             "                   (num_pages, N, Hk, D) and a block table (bshd only)\n"
             "  --page-order O   shuffled (default: batch b's pages scattered over the pool by\n"
             "                   a random permutation, as a serving engine's become) or in-order\n"
+            "  --queries N      query tokens per sequence, 1-64 (default 1), each attending to\n"
+            "                   the whole cache: a step that checks N tokens at once\n"
             "  -h, --help       this text\n"
             "\n"
             "Rows whose K+V do not fit in MemAvailable (less 0.5 GiB) are skipped and listed.\n");
@@ -579,6 +586,7 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
     o->runs = 7;
     o->probe_mib = 1024;
     o->probe_passes = 7;
+    o->queries = 1;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *opt = argv[i]; /* opt: the option, before i moves to its value */
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -623,6 +631,9 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
                 goto bad;
             o->page_inorder = !strcmp(v, "in-order");
             o->page_order = 1;
+        } else if (cli_opt_value(argc, argv, &i, "--queries", &v)) {
+            if (cli_parse_long(v, 1, 64, &o->queries) != 0)
+                goto bad;
         } else if (cli_opt_value(argc, argv, &i, "--probe-passes", &v)) {
             if (cli_parse_long(v, 1, 63, &o->probe_passes) != 0)
                 goto bad;
@@ -679,7 +690,11 @@ int cmd_bench_decode(int argc, char **argv) {
     if (uname(&u) == 0)
         snprintf(uts, sizeof uts, "%s %s %s", u.sysname, u.release, u.machine);
     const double llc = bd_llc_bytes();
-    printf("flashattn bench-decode: one query token against a KV cache (fa_forward_kvcache)\n");
+    if (o.queries == 1)
+        printf("flashattn bench-decode: one query token against a KV cache (fa_forward_kvcache)\n");
+    else
+        printf("flashattn bench-decode: %ld query tokens against a KV cache (fa_forward_kvcache)\n",
+               o.queries);
     printf("date:      %s\n", date);
     printf("command:   %s\n", cmdline);
     printf("machine:   %s, %ld CPUs online, %.1f GiB available; %s\n", cpu,
@@ -688,7 +703,8 @@ int cmd_bench_decode(int argc, char **argv) {
     printf("library:   %s\n", fa_build_info());
     printf("threads:   %d (library context and probe)\n", threads);
     printf("load:      %s (/proc/loadavg before)\n", load0);
-    printf("shape:     Sq=1, H=%d, Hk=%d, D=%d, whole cache attended\n", BD_H, BD_HK, BD_D);
+    printf("shape:     Sq=%ld, H=%d, Hk=%d, D=%d, whole cache attended\n", o.queries, BD_H, BD_HK,
+           BD_D);
     if (o.page > 0)
         printf("layout:    paged: pages of %ld tokens, a pool (num_pages, %ld, Hk, D) and a block "
                "table; each sequence's pages %s\n",
