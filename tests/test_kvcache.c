@@ -1143,13 +1143,24 @@ static void group_split(void) {
         run1(&c, &r);
         c.Sq = 16; /* 64 rows: the most that decode takes */
         run1(&c, &r);
-        c.Sq = 17; /* 68 rows: the prefill's packed products, not split */
+        c.Sq = 17; /* 68 rows: the prefill's packed products, split (4 batch x KV head pairs) */
+        run1(&c, &r);
+        c = kbase(k_dtypes[t], 2, 17, 64, 16, 32, 4, 2600); /* 68 rows, 32 pairs: not split */
+        c.seqlens[0] = 2500;
+        c.seqlens[1] = 1100;
+        c.causal = 1;
+        run1(&c, &r);
+        c = kbase(k_dtypes[t], 1, 1, 71, 1, 64, 1, 3000); /* MQA, 71 rows: split, packed */
+        c.seqlens[0] = 2990;
+        run1(&c, &r);
+        c.Sq = 2; /* 142 rows: not split */
+        c.S_new = 2;
         run1(&c, &r);
         c = kbase(k_dtypes[t], 1, 64, 4, 4, 32, 0, 3000); /* MHA: 64 rows of one head, split */
         c.seqlens[0] = 2990;
         c.causal = 1;
         run1(&c, &r);
-        c.Sq = 65; /* 65 rows: not split */
+        c.Sq = 65; /* 65 rows: split (4 pairs), the prefill's products */
         run1(&c, &r);
         for (int64_t sq = 6; sq <= 11;
              sq +=
@@ -1430,7 +1441,7 @@ static void group_decode(void) {
 
 /* Bitwise equal results with 1, 2, 3 threads and num_splits 0, 1, 7. Variant 4's 28 chunks make
  * split tasks of runs of 7, 3 and 2 chunks on 1, 2 and 3 threads, with a window that starts the
- * band inside a chunk. */
+ * band inside a chunk; variant 5's chunks run on the prefill's packed products. */
 static void group_determinism(void) {
     group_begin();
     fa_context *ctx[3] = {NULL, NULL, NULL};
@@ -1444,7 +1455,7 @@ static void group_determinism(void) {
             return;
     }
     static const int splits[3] = {0, 1, 7};
-    for (int v = 0; v < 5; v++) {
+    for (int v = 0; v < 6; v++) {
         if (v == 4 && tu_emulated()) { /* fwd.c's chunk runs: portable C, tested natively */
             printf("  determinism variant 4 (caches of 19000 tokens): left out under emulation\n");
             continue;
@@ -1469,6 +1480,10 @@ static void group_determinism(void) {
             c.seqlens[0] = 2400;
             c.seqlens[1] = 1300;
             page = 16;
+        } else if (v == 5) { /* MQA, 40 rows of fp32: split on the prefill's products */
+            c = kbase(FA_DTYPE_F32, 1, 1, 40, 1, 64, 1, 5000);
+            c.seqlens[0] = 4990;
+            c.causal = 1;
         } else if (v == 4) { /* long caches: runs of chunks, a window band */
             c = kbase(FA_DTYPE_F16, 2, 1, 8, 2, 64, 1, 19200);
             c.seqlens[0] = 19000;
