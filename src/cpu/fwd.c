@@ -14,12 +14,13 @@
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
  *
  * Split-KV (decode): a batch whose g·Sq rows are few (FA_DECODE_ROWS: a step of one or a few
- * tokens) has too little work per task to use the threads, so its keys are cut into chunks
- * (split_chunk: their size depends only on the batch's key count), each computed for all KV heads
- * (so the cache is read front to back) into a partial holding every head's unnormalized (m, l, O);
- * a second pass merges the partials of each (batch, KV head) in chunk order. A task takes a run of
- * consecutive chunks (how many depends on the thread count): inside a run the next chunk's first
- * block is prefetched like any next block, where a task per chunk started each chunk on cold rows.
+ * tokens; in a call of few (batch, KV head) pairs, up to FA_SPLIT_ROWS_MAX) has too little work
+ * per task to use the threads, so its keys are cut into chunks (split_chunk: their size depends
+ * only on the batch's key count), each computed for all KV heads (so the cache is read front to
+ * back) into a partial holding every head's unnormalized (m, l, O); a second pass merges the
+ * partials of each (batch, KV head) in chunk order. A task takes a run of consecutive chunks
+ * (how many depends on the thread count): inside a run the next chunk's first block is
+ * prefetched like any next block, where a task per chunk started each chunk on cold rows.
  *
  * K and V blocks reach the products packed (Kᵀ, and V where its rows cannot serve in place): from
  * the thread's head pack, where each key of a (batch, KV head) is packed once per thread for all
@@ -247,6 +248,12 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
     return (fa__prefetch){NULL, n, next->bytes, base + lo * next->bytes};
 }
 
+/* alpha of decode's pv calls after a block's first: O not rescaled */
+#define FA_ONES8 1, 1, 1, 1, 1, 1, 1, 1
+static const float decode_ones[FA_DECODE_ROWS] = {FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8,
+                                                  FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8};
+#undef FA_ONES8
+
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
@@ -260,12 +267,6 @@ static fa__prefetch decode_ask(const decode_group *cur, const decode_group *next
  * of the next block, keys [jn, jn + nn) (nn = 0: none).
  * qbf16: t->Q holds bf16 pairs, and both products run on the bf16 dot product (qk_rows_bf16, then
  * pv_rows_bf16 on P rounded to bf16). */
-/* alpha of decode's pv calls after a block's first: O not rescaled */
-#define FA_ONES8 1, 1, 1, 1, 1, 1, 1, 1
-static const float decode_ones[FA_DECODE_ROWS] = {FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8,
-                                                  FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8};
-#undef FA_ONES8
-
 static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n, int64_t jn,
                          int64_t nn, int masked, int qbf16) {
     const fa__problem *p = pl->p;
@@ -672,7 +673,7 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
      * prefill widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); fp32 rows
      * and bf16 on the bf16 dot product up to 32 (at 64, AVX2's fp32 decode took 1.32 times the
      * prefill's time, the bf16 dot product's 1.14-1.27 with one or eight query heads per KV
-     * head). Every split batch has g·sq <= g·Sq (Sq: the longest query) and <= decode_rows. */
+     * head). */
     const int widened =
         p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 == NULL);
     pl.decode_rows = widened ? FA_DECODE_ROWS : FA_DECODE_ROWS_PACKED;
@@ -680,7 +681,8 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
      * tasks (one per pair where the query fits one): a batch of up to FA_SPLIT_ROWS_MAX rows
      * then splits its keys too, its chunks on the prefill's products, so that more threads have
      * work (MQA: one KV head, 71 query heads in Falcon-7B; on two threads 0.50-0.58 of the time
-     * at one token, on one 1.02-1.04). Splits depend on the shapes only. */
+     * at one token, on one 1.02-1.04). Splits depend on the shapes only. Every split batch has
+     * g·sq <= g·Sq (Sq: the longest query) and <= split_rows rows: part_rows bounds them. */
     pl.split_rows = p->B * p->Hk < FA_FEW_HEADS ? FA_SPLIT_ROWS_MAX : pl.decode_rows;
     pl.part_rows = pl.g * p->Sq < pl.split_rows ? pl.g * p->Sq : pl.split_rows;
     pl.scratch_floats = scratch_floats(&pl);
