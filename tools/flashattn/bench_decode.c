@@ -22,8 +22,7 @@
  * tokens and a block table that scatters each sequence's pages over it). Configurations whose
  * caches do not fit in MemAvailable (with a margin) are skipped and listed. Each row also checks
  * batch 0's first and last heads (of its first and last query tokens) against an fp64
- * computation over the cache, so a broken kernel
- * cannot report a good time.
+ * computation over the cache, so a broken kernel cannot report a good time.
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -380,7 +379,7 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
     double *s = malloc(sizeof(double) * (size_t)L), acc[BD_D];
     if (!s)
         return NAN;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < (sq > 1 ? 4 : 2); k++) { /* k / 2: the first or the last token */
         const int h = heads[k % 2], hk = h / g;
         const size_t row = ((size_t)(k < 2 ? 0 : sq - 1) * BD_H + (size_t)h) * BD_D; /* q, out */
         double m = -INFINITY, l = 0.0;
