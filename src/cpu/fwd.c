@@ -43,8 +43,8 @@ enum {
     FA_ROWS_IN_PLACE = 16,      /* tasks of at most this many rows read K/V rows in place */
     FA_DECODE_ROWS = 64,        /* batches with g·Sq <= this many rows are decodes (keys split,
                                    rows in place) where the prefill widens fp16/bf16 rows */
-    FA_DECODE_ROWS_PACKED = 32, /* the same where fp32 rows serve its packs as they are or its
-                                   products are bf16 dot products (fa__cpu_forward) */
+    FA_DECODE_ROWS_PACKED = 32, /* the same where its products are bf16 dot products (fp32
+                                   rows: the kernel set's decode_rows_f32; fa__cpu_forward) */
     FA_FEW_HEADS = 16,          /* fewer (batch, KV head) pairs: few tasks, so split wider */
     FA_SPLIT_ROWS_MAX = 128,    /* most rows of a split batch (there) */
     FA_CHUNK = 1024,            /* most keys per split chunk, a multiple of FA_BC */
@@ -68,7 +68,7 @@ typedef struct fwd_plan {
     int64_t run;         /* consecutive chunks per split task */
     int64_t *part_start; /* [B + 1]: first partial of each batch */
     int64_t decode_rows; /* batches with g·Sq <= this many rows are decodes (FA_DECODE_ROWS,
-                            FA_DECODE_ROWS_PACKED) */
+                            FA_DECODE_ROWS_PACKED, decode_rows_f32) */
     int64_t split_rows;  /* batches with g·Sq <= this many rows split their keys */
     int64_t part_rows;   /* rows of a partial: at least g·Sq of every split batch */
     float *partial;      /* per partial: m, l [part_rows] then O [part_rows, D] */
@@ -669,14 +669,16 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
 
     const int nthreads = fa__context_threads(ctx);
     /* How many rows decode's products take before the prefill's packed ones do better (on Zen
-     * 4, AVX-512 and AVX2, bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the
-     * prefill widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); fp32 rows
-     * and bf16 on the bf16 dot product up to 32 (at 64, AVX2's fp32 decode took 1.32 times the
-     * prefill's time, the bf16 dot product's 1.14-1.27 with one or eight query heads per KV
-     * head). */
+     * 4, bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the prefill widens to
+     * fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot
+     * product up to 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads
+     * per KV head); fp32 rows, which serve the prefill's packs as they are, as the kernel set
+     * says (decode_rows_f32). */
     const int widened =
         p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 == NULL);
-    pl.decode_rows = widened ? FA_DECODE_ROWS : FA_DECODE_ROWS_PACKED;
+    pl.decode_rows = widened                      ? FA_DECODE_ROWS
+                     : p->k.dtype == FA_DTYPE_F32 ? pl.kern->decode_rows_f32
+                                                  : FA_DECODE_ROWS_PACKED;
     /* With fewer than FA_FEW_HEADS (batch, KV head) pairs, the prefill's path has that few
      * tasks (one per pair where the query fits one): a batch of up to FA_SPLIT_ROWS_MAX rows
      * then splits its keys too, its chunks on the prefill's products, so that more threads have

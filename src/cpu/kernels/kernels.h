@@ -80,6 +80,10 @@ typedef struct fa__cpu_kernels {
      * smaller groups, head by head, and ask less far ahead, where it is bound by the reads
      * (Zen 3: 32, Zen 5: 16). */
     int decode_keys_half[2];
+    /* Most query rows per KV head (g·Sq, 1..64) that take the decode products on fp32 rows:
+     * beyond, the prefill's packed products are faster (AVX2 on Zen 4: 32; AVX-512 on
+     * Zen 4: 64; bench/results/2026-12-05-decode-f32-rows.md). */
+    int decode_rows_f32;
 
     /* Dst = Srcᵀ.  Src: [n, d] (row stride lds), Dst: [d, n] (row stride ldd). Packs K as Kᵀ. */
     void (*transpose)(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);

@@ -520,6 +520,7 @@ const fa__cpu_kernels fa__cpu_kernels_neon = {
     .qk_rows = qk_rows_neon,
     .pv_rows = pv_rows_neon,
     .decode_keys_half = {64, 32},
+    .decode_rows_f32 = 32,
     .to_f32 = to_f32_neon,
     .from_f32 = from_f32_neon,
     .transpose = transpose_neon,

@@ -92,6 +92,7 @@ static void softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, f
 const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
     .gemm_rows = 1,
+    .decode_rows_f32 = 32, /* no decode products: bounds split batches only */
     .qk = qk_ref,
     .pv = pv_ref,
     .to_f32 = to_f32_ref,
