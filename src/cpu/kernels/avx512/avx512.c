@@ -715,7 +715,7 @@ const fa__cpu_kernels fa__cpu_kernels_avx512 = {
     .transpose = transpose_avx512,
     .softmax_rows = softmax_rows_avx512,
     .decode_keys_half = {16, 16}, /* Zen 5: GQA fp16/bf16 in 0.86-0.97 of 64/32's time */
-    .decode_rows_f32 = 64,        /* Zen 4: 33-64 rows in 0.62-0.98 of the prefill's time */
+    .decode_rows_f32 = 64,        /* Zen 4: 33-48 rows in 0.62-0.96 of the prefill's time */
     .exp2_sum = exp2_sum_avx512,
     .pv_packed_b = 1, /* Zen 5: pv at 88% of qk's rate on rows 8 KiB apart, 100% packed */
 };
