@@ -68,6 +68,11 @@ for layout in bshd bhsd; do
     if grep -q 'CHECK FAILED' "$out/bench-decode-$layout.txt"; then
         fail "bench-decode --layout $layout: a row disagreed with fp64"
     fi
+    # the probe's three readers: one was the fastest in each of the 12 rows' 2 rounds
+    wins=$(sed -n 's/^fastest probe reader over the grid.s rounds: plain sum \([0-9]*\), asking, all levels \([0-9]*\), asking, to L2 \([0-9]*\)$/\1 + \2 + \3/p' \
+           "$out/bench-decode-$layout.txt")
+    [ -n "$wins" ] && [ $((wins)) -eq 24 ] \
+        || fail "bench-decode --layout $layout: the probe readers' wins should add up to 24: '$wins'"
 done
 
 # paged caches: pages of 3 tokens (a partly used last page) and of 16, scattered and in order

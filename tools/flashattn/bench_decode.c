@@ -7,10 +7,13 @@
  * speed limit is memory bandwidth. Each row reports the median time of --runs calls, the cache
  * bytes read per second (2·B·L·Hk·D·esize: K and V, nothing else counted) and that rate as a
  * share of the read bandwidth of the very same K and V buffers, measured by a STREAM-like
- * probe: a sum over each buffer on the same number of threads, each thread reading its own
- * contiguous slice (the slice it first-touched). Probe passes and calls alternate, one pass over
- * K and V before each call, and the share is the median over calls of each call's rate over its
- * own round's probe: measured minutes apart, the two saw different machines. A probe over
+ * probe: sums over each buffer on the same number of threads, each thread reading its own
+ * contiguous slice (the slice it first-touched). Three readers take turns, a plain sum and two
+ * that ask (prefetch) ahead as decode does, and a round's probe is the fastest of them: on an
+ * Intel Xeon VM the asking sums read 1.5 times as fast as the plain one, which decode had
+ * outrun by 25%. Probe rounds and calls alternate, one round over K and V before each call, and
+ * the share is the median over calls of each call's rate over its own round's probe: measured
+ * minutes apart, the two saw different machines. A probe over
  * one separate large buffer, run before and after the grid, is printed for reference only: on
  * this project's VMs it flipped between about 34 and 60 GB/s from run to run while the decode's
  * own rate did not move, so a separate buffer says little about the memory the caches got.
@@ -185,8 +188,18 @@ static void *bd_alloc(size_t bytes) {
 /* ---- threads: first touch, fill and the read probe --------------------------------------------
  */
 
+/* The probe's readers, each a sum over the buffer: plain, or asking (prefetching) BD_ASK_AHEAD
+ * bytes ahead into every level or to L2. Each round runs all three and takes the fastest: which
+ * one reads memory fastest depends on the machine (asking: 1.5 times the plain sum's rate on an
+ * Intel Xeon VM, slower on a Zen 4 VM), and a share of the plain sum alone went over 100%. */
+enum { BD_READERS = 3 };
+#define BD_ASK_AHEAD ((size_t)8 << 10)
+static const char *const bd_reader_names[BD_READERS] = {"plain sum", "asking, all levels",
+                                                        "asking, to L2"};
+
 typedef struct bd_job {
-    int kind; /* 0: fill with a repeated random block, 1: read-sum */
+    int kind;   /* 0: fill with a repeated random block, 1: read-sum */
+    int reader; /* kind 1: which of the BD_READERS */
     unsigned char *buf;
     size_t bytes;
     const unsigned char *block; /* kind 0: a block of `block_bytes` to repeat */
@@ -214,6 +227,13 @@ static void bd_slice(const bd_job *j, int t, size_t *lo, size_t *hi) {
         *hi = j->bytes;
 }
 
+/* The job's reader over [lo, hi) of its buffer. */
+static uint64_t bd_read(const bd_job *j, size_t lo, size_t hi) {
+    if (j->reader == 0)
+        return cli_sum_words(j->buf + lo, hi - lo);
+    return cli_sum_words_asking(j->buf + lo, hi - lo, BD_ASK_AHEAD, j->reader == 2);
+}
+
 static void *bd_worker_main(void *arg) {
     bd_worker *w = arg;
     bd_job *j = w->job;
@@ -228,7 +248,7 @@ static void *bd_worker_main(void *arg) {
     }
     for (int p = 0; p < j->passes; p++) {
         pthread_barrier_wait(j->start);
-        w->sum += cli_sum_words(j->buf + lo, hi - lo);
+        w->sum += bd_read(j, lo, hi);
         pthread_barrier_wait(j->stop);
     }
     return NULL;
@@ -268,7 +288,7 @@ static int bd_run_job(bd_job *j, double *secs) {
         for (int p = 0; p < j->passes; p++) {
             pthread_barrier_wait(&b0);
             const double t0 = cli_now();
-            w[0].sum += cli_sum_words(j->buf + lo, hi - lo);
+            w[0].sum += bd_read(j, lo, hi);
             pthread_barrier_wait(&b1);
             secs[p] = cli_now() - t0;
         }
@@ -300,44 +320,83 @@ static void bd_fill(unsigned char *buf, size_t bytes, const unsigned char *block
 }
 
 typedef struct bd_probe {
-    double gbs, gbs_min, gbs_max;
+    double gbs, gbs_min, gbs_max; /* each pass's fastest reader: median, min, max */
+    double reader_gbs[BD_READERS]; /* each reader's median */
     int passes;
 } bd_probe;
 
 static uint64_t bd_sink; /* keeps the sums alive */
 
-static void bd_measure_probe(unsigned char *buf, size_t bytes, int threads, int passes,
-                             bd_probe *out) {
-    double secs[64], gbs[64];
-    bd_job j = {.kind = 1, .buf = buf, .bytes = bytes, .nthreads = threads, .passes = passes + 1};
-    if (passes + 1 > 64 || bd_run_job(&j, secs) != 0) {
-        fprintf(stderr, "flashattn: bench-decode: the bandwidth probe failed\n");
-        exit(1);
-    }
-    bd_sink += j.sink;
-    out->gbs_min = 1e300;
-    out->gbs_max = 0.0;
-    for (int p = 0; p < passes; p++) { /* the first pass is a warm-up */
-        gbs[p] = (double)bytes / secs[p + 1] * 1e-9;
-        if (gbs[p] < out->gbs_min)
-            out->gbs_min = gbs[p];
-        if (gbs[p] > out->gbs_max)
-            out->gbs_max = gbs[p];
-    }
-    out->gbs = bd_median(gbs, passes);
-    out->passes = passes;
-}
-
-/* One timed pass of the probe over buf: seconds from the threads' start to their stop. */
-static double bd_probe_pass(unsigned char *buf, size_t bytes, int threads) {
+/* One timed pass of a reader over buf: seconds from the threads' start to their stop; *sum: the
+ * threads' sums together. */
+static double bd_probe_pass(unsigned char *buf, size_t bytes, int threads, int reader,
+                            uint64_t *sum) {
     double secs[1];
-    bd_job j = {.kind = 1, .buf = buf, .bytes = bytes, .nthreads = threads, .passes = 1};
+    bd_job j = {.kind = 1,
+                .reader = reader,
+                .buf = buf,
+                .bytes = bytes,
+                .nthreads = threads,
+                .passes = 1};
     if (bd_run_job(&j, secs) != 0) {
         fprintf(stderr, "flashattn: bench-decode: the bandwidth probe failed\n");
         exit(1);
     }
     bd_sink += j.sink;
+    *sum = j.sink;
     return secs[0];
+}
+
+/* One round of the probe: each reader reads each of the nbuf buffers (at most 2, of `bytes`
+ * each) in turn; gbs[r]: reader r's rate over all of them. Returns the fastest reader. Every
+ * reader must come to the plain sum's total over each buffer: one that skipped bytes would
+ * time less than the buffer and report a rate it never read. */
+static int bd_probe_round(unsigned char *const *bufs, int nbuf, size_t bytes, int threads,
+                          double gbs[BD_READERS]) {
+    uint64_t sum[2];
+    int best = 0;
+    for (int r = 0; r < BD_READERS; r++) {
+        double secs = 0.0;
+        for (int b = 0; b < nbuf; b++) {
+            uint64_t s;
+            secs += bd_probe_pass(bufs[b], bytes, threads, r, &s);
+            if (r == 0)
+                sum[b] = s;
+            else if (s != sum[b]) {
+                fprintf(stderr,
+                        "flashattn: bench-decode: the probe's reader '%s' summed a buffer to "
+                        "%016llx where the plain sum had %016llx\n",
+                        bd_reader_names[r], (unsigned long long)s, (unsigned long long)sum[b]);
+                exit(1);
+            }
+        }
+        gbs[r] = (double)nbuf * (double)bytes / secs * 1e-9;
+        best = gbs[r] > gbs[best] ? r : best;
+    }
+    return best;
+}
+
+static void bd_measure_probe(unsigned char *buf, size_t bytes, int threads, int passes,
+                             bd_probe *out) {
+    double g[BD_READERS], best[64], each[BD_READERS][64];
+    if (passes > 64) {
+        fprintf(stderr, "flashattn: bench-decode: at most 64 probe passes\n");
+        exit(1);
+    }
+    (void)bd_probe_round(&buf, 1, bytes, threads, g); /* a warm-up round */
+    out->gbs_min = 1e300;
+    out->gbs_max = 0.0;
+    for (int p = 0; p < passes; p++) {
+        best[p] = g[bd_probe_round(&buf, 1, bytes, threads, g)];
+        for (int r = 0; r < BD_READERS; r++)
+            each[r][p] = g[r];
+        out->gbs_min = best[p] < out->gbs_min ? best[p] : out->gbs_min;
+        out->gbs_max = best[p] > out->gbs_max ? best[p] : out->gbs_max;
+    }
+    out->gbs = bd_median(best, passes);
+    for (int r = 0; r < BD_READERS; r++)
+        out->reader_gbs[r] = bd_median(each[r], passes);
+    out->passes = passes;
 }
 
 /* ---- one configuration ------------------------------------------------------------------------
@@ -351,6 +410,7 @@ typedef struct bd_row {
     char why[160];
     double ms, ms_min, ms_max, gbs, probe, pct, err;
     int in_llc;
+    int wins[BD_READERS]; /* rounds in which each reader was the fastest */
 } bd_row;
 
 /* Where the cache holds batch 0's key j of KV head hk: the element offset of its row. bt0:
@@ -505,12 +565,13 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
      * same moment: this project's VMs change their memory read rate from minute to minute. */
     double t[256], pr[256], ratio[256];
     const int runs = (int)o->runs;
-    bd_probe_pass(kc, per_cache, threads); /* warm-up, like the checked call above */
-    bd_probe_pass(vc, per_cache, threads);
+    unsigned char *const kv_bufs[2] = {kc, vc};
+    double g[BD_READERS];
+    (void)bd_probe_round(kv_bufs, 2, per_cache, threads, g); /* warm-up, like the checked call */
     for (int i = 0; i < runs; i++) {
-        const double pk = bd_probe_pass(kc, per_cache, threads);
-        const double pv = bd_probe_pass(vc, per_cache, threads);
-        pr[i] = 2.0 * (double)per_cache / (pk + pv) * 1e-9;
+        const int best = bd_probe_round(kv_bufs, 2, per_cache, threads, g);
+        r->wins[best]++;
+        pr[i] = g[best];
         const double t0 = cli_now();
         fa_status st = fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl);
         t[i] = cli_now() - t0;
@@ -548,10 +609,12 @@ static void bd_usage(FILE *f) {
             "caches.\n"
             "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V) and its\n"
             "share of the read bandwidth of the same K and V buffers, by a multi-threaded read\n"
-            "probe (a sum over each buffer, each thread its own slice) that reads K and V once\n"
-            "before every timed call: %%probe is the median over calls of the call's rate over\n"
-            "its own round's probe. A probe over a separate buffer larger than the last-level\n"
-            "cache is printed before and after the grid for reference.\n"
+            "probe (sums over each buffer, each thread its own slice) that reads K and V before\n"
+            "every timed call with three readers (a plain sum; sums asking 8 KiB ahead into\n"
+            "every cache level, or to L2) and keeps the fastest: %%probe is the median over\n"
+            "calls of the call's rate over its own round's probe. A probe over a separate\n"
+            "buffer larger than the last-level cache is printed before and after the grid for\n"
+            "reference.\n"
             "\n"
             "options:\n"
             "  --lens LIST      cache lengths (default 1024,4096,16384,65536,131072)\n"
@@ -735,17 +798,21 @@ int cmd_bench_decode(int argc, char **argv) {
     }
     bd_probe p0, p1;
     bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p0);
-    printf("probe:     each row's own K and V buffers, read (summed) by %d threads, one pass "
-           "of each before every timed call: 'probe GB/s' is their median; %%probe is the "
-           "median over calls of the call's GB/s over its own round's probe\n",
-           threads);
-    printf("reference: a separate %ld MiB buffer read the same way: %.1f GB/s (%.1f-%.1f)\n",
-           o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max);
+    printf("probe:     each row's own K and V buffers, read (summed) by %d threads before every "
+           "timed call, by three readers in turn: a plain sum, and sums that ask for the bytes "
+           "%zu KiB ahead into every cache level or to L2; a round's probe is its fastest "
+           "reader's rate over K and V; 'probe GB/s' is their median; %%probe is the median over "
+           "calls of the call's GB/s over its own round's probe\n",
+           threads, BD_ASK_AHEAD >> 10);
+    printf("reference: a separate %ld MiB buffer read the same way: %.1f GB/s (%.1f-%.1f); each "
+           "reader's median: %s %.1f, %s %.1f, %s %.1f\n",
+           o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max, bd_reader_names[0], p0.reader_gbs[0],
+           bd_reader_names[1], p0.reader_gbs[1], bd_reader_names[2], p0.reader_gbs[2]);
     printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s %7s | %8s %s\n", "dtype", "B", "L",
            "K+V MiB", "median ms", "(min-max)", "GB/s", "probe", "%probe", "err", "note");
     fflush(stdout);
 
-    int bad = 0, nskipped = 0;
+    int bad = 0, nskipped = 0, wins[BD_READERS] = {0};
     for (int di = 0; di < o.ndtypes; di++)
         for (int li = 0; li < o.nlens; li++)
             for (int bi = 0; bi < o.nbatches; bi++) {
@@ -755,6 +822,8 @@ int cmd_bench_decode(int argc, char **argv) {
                 r.L = o.lens[li];
                 r.B = o.batches[bi];
                 bd_run_row(&o, ctx, threads, llc, &r);
+                for (int k = 0; k < BD_READERS; k++)
+                    wins[k] += r.wins[k];
                 if (r.skipped) {
                     nskipped++;
                     printf("%-5s %3ld %7ld %10.1f | %s\n", cli_dtype_name(r.dtype), r.B, r.L,
@@ -776,8 +845,12 @@ int cmd_bench_decode(int argc, char **argv) {
 
     bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p1);
     bd_first_line("/proc/loadavg", load1, sizeof load1);
-    printf("\nreference probe again after the grid: %.1f GB/s (%.1f-%.1f); before: %.1f\n",
-           p1.gbs, p1.gbs_min, p1.gbs_max, p0.gbs);
+    printf("\nfastest probe reader over the grid's rounds: %s %d, %s %d, %s %d\n",
+           bd_reader_names[0], wins[0], bd_reader_names[1], wins[1], bd_reader_names[2], wins[2]);
+    printf("reference probe again after the grid: %.1f GB/s (%.1f-%.1f); before: %.1f; each "
+           "reader's median: %s %.1f, %s %.1f, %s %.1f\n",
+           p1.gbs, p1.gbs_min, p1.gbs_max, p0.gbs, bd_reader_names[0], p1.reader_gbs[0],
+           bd_reader_names[1], p1.reader_gbs[1], bd_reader_names[2], p1.reader_gbs[2]);
     printf("load after: %s\n", load1);
     if (nskipped)
         printf("%d configuration%s skipped for memory (see above)\n", nskipped,

@@ -163,6 +163,37 @@ static inline uint64_t cli_sum_words(const unsigned char *p, size_t bytes) {
     return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
+/* cli_sum_words that, with each 256 bytes it reads, asks for the 256 bytes `ahead` further on
+ * (software prefetch, none past p + bytes): into every cache level (to_l2 0: prefetcht0 on x86)
+ * or to L2 and beyond (1: prefetcht1), as a decode kernel asks for its next keys. On some
+ * machines it reads memory much faster than the plain sum (an Intel Xeon VM: 1.5 times), on
+ * others slower (a Zen 4 VM). Without GCC's builtins it is the plain sum. */
+static inline uint64_t cli_sum_words_asking(const unsigned char *p, size_t bytes, size_t ahead,
+                                            int to_l2) {
+    const size_t n = bytes / 8, n32 = n - n % 32;
+    const size_t last = bytes >= ahead + 256 ? bytes - ahead - 256 : 0; /* asks up to here */
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n32; i += 32) {
+#if defined(__GNUC__)
+        if (bytes >= ahead + 256 && i * 8 <= last) {
+            const unsigned char *a = p + i * 8 + ahead;
+            for (int l = 0; l < 256; l += 64) {
+                if (to_l2)
+                    __builtin_prefetch(a + l, 0, 2);
+                else
+                    __builtin_prefetch(a + l, 0, 3);
+            }
+        }
+#else
+        (void)ahead;
+        (void)to_l2;
+        (void)last;
+#endif
+        sum += cli_sum_words(p + i * 8, 256);
+    }
+    return sum + cli_sum_words(p + n32 * 8, bytes - n32 * 8);
+}
+
 /* ---- dtypes ---------------------------------------------------------------------------------- */
 
 /* Bytes per element of the attention dtypes (and int32). If-chains rather than a switch, so a
