@@ -747,6 +747,138 @@ static void group_random(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The backward's P sums to 1 over each row's keys: its scores are the forward's
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct psum_cfg {
+    const char *name;
+    int64_t Sq, Sk, H, Hk;
+} psum_cfg;
+
+/* The backward recomputes P = 2^(S - lse) from the lse the forward saved, so each row of P sums
+ * to 1 only if the backward sums each score S in the same order as the forward did: decode's
+ * row products (a step of few rows, or a short last query block) add a dot product in another
+ * order than the prefill's packed ones. With dO row i = the unit vector e_(i mod D), column c of
+ * dV = Pᵀ dO sums, over keys, P's rows i = c (mod D): Σ_j dV[j, c] = the number of those rows.
+ * q and k are built so that every score cancels from large partial sums (q = [a, a], k = [b,
+ * e - b], entries of a and b about 8: partial sums of several hundred, S = a·e / 16 of a few
+ * units): a score summed in another order then differs by about 1e-5, so P's rows would sum to
+ * 1 +- 1e-5, where the rest of the arithmetic (exp2, the fp32 roundings of an lse of a few tens
+ * at most, dV's sums over Sk keys) keeps them within (Sk + 64) u (measured: at most 1.9e-6 over
+ * 12 runs of each kernel set, where summing in the prefill's order left 1.2e-5 to 2.1e-5).
+ * fp32, D = 256, scale 1/16, no mask. */
+static void psum_case(const psum_cfg *f) {
+    CASE_BEGIN("backward P rows sum to 1 (scores as the forward's): %s", f->name);
+    enum { D = 256 };
+    const int64_t B = 1, H = f->H, Hk = f->Hk, Sq = f->Sq, Sk = f->Sk;
+    int64_t qs[4] = {B, Sq, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, Sq};
+    const int64_t nq = Sq * H * D, nk = Sk * Hk * D;
+    float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
+    float *v = malloc(sizeof(float) * (size_t)nk), *out = malloc(sizeof(float) * (size_t)nq);
+    float *dout = calloc((size_t)nq, sizeof(float)),
+          *lse = malloc(sizeof(float) * (size_t)(H * Sq));
+    float *dq = malloc(sizeof(float) * (size_t)nq), *dk = malloc(sizeof(float) * (size_t)nk);
+    float *dv = malloc(sizeof(float) * (size_t)nk);
+    if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
+        abort();
+    for (int64_t r = 0; r < Sq * H; r++)
+        for (int64_t d = 0; d < D / 2; d++)
+            q[r * D + d] = q[r * D + D / 2 + d] = (float)(8.0 * tu_normal());
+    for (int64_t r = 0; r < Sk * Hk; r++)
+        for (int64_t d = 0; d < D / 2; d++) {
+            const float b = (float)(8.0 * tu_normal());
+            k[r * D + d] = b;
+            k[r * D + D / 2 + d] = (float)tu_normal() - b;
+        }
+    for (int64_t i = 0; i < nk; i++)
+        v[i] = (float)tu_normal();
+    for (int64_t i = 0; i < Sq; i++) /* row i of every head: e_(i mod D) */
+        for (int64_t h = 0; h < H; h++)
+            dout[(i * H + h) * D + i % D] = 1.0f;
+    fa_tensor tq = fa_tensor_contiguous(q, FA_DTYPE_F32, 4, qs);
+    fa_tensor tk = fa_tensor_contiguous(k, FA_DTYPE_F32, 4, ks);
+    fa_tensor tv = fa_tensor_contiguous(v, FA_DTYPE_F32, 4, ks);
+    fa_tensor to = fa_tensor_contiguous(out, FA_DTYPE_F32, 4, qs);
+    fa_tensor tdo = fa_tensor_contiguous(dout, FA_DTYPE_F32, 4, qs);
+    fa_tensor tl = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, ls);
+    fa_tensor tdq = fa_tensor_contiguous(dq, FA_DTYPE_F32, 4, qs);
+    fa_tensor tdk = fa_tensor_contiguous(dk, FA_DTYPE_F32, 4, ks);
+    fa_tensor tdv = fa_tensor_contiguous(dv, FA_DTYPE_F32, 4, ks);
+    fa_params params;
+    fa_params_init(&params);
+    params.softmax_scale = 1.0f / 16.0f;
+    fa_status st = fa_forward(NULL, &params, &tq, &tk, &tv, &to, &tl);
+    REQUIRE(st == FA_OK);
+    for (int64_t i = 0; i < nq; i++) /* poison: NaN */
+        dq[i] = NAN;
+    for (int64_t i = 0; i < nk; i++)
+        dk[i] = dv[i] = NAN;
+    st = fa_backward(NULL, &params, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv);
+    CHECK_MSG(st == FA_OK, "fa_backward: %s", fa_last_error_message());
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < nq; i++)
+        nonfinite += !isfinite(dq[i]);
+    for (int64_t i = 0; i < nk; i++)
+        nonfinite += !isfinite(dk[i]) + !isfinite(dv[i]);
+    CHECK_MSG(nonfinite == 0, "%lld gradient elements not finite (poison left?)",
+              (long long)nonfinite);
+    const double tol = (double)(Sk + 64) * 0x1.0p-24;
+    double worst = 0.0;
+    int64_t worst_at = 0;
+    for (int64_t hk = 0; hk < Hk && st == FA_OK; hk++)
+        for (int64_t c = 0; c < D; c++) {
+            double sum = 0.0; /* rows i = c (mod D) of the hk's H / Hk query heads */
+            for (int64_t j = 0; j < Sk; j++)
+                sum += dv[(j * Hk + hk) * D + c];
+            const int64_t rows = (H / Hk) * (c < Sq % D ? Sq / D + 1 : Sq / D);
+            const double e = fabs(sum - (double)rows) / (rows > 0 ? (double)rows : 1.0);
+            if (!(e <= worst)) {
+                worst = e;
+                worst_at = hk * D + c;
+            }
+        }
+    CHECK_MSG(worst <= tol,
+              "a row of P sums to 1 +- %.3g (> (Sk + 64) u = %.3g) at KV head %lld, column %lld",
+              worst, tol, (long long)(worst_at / D), (long long)(worst_at % D));
+    printf("  P rows %-30s max |sum - 1| = %.2e (limit %.2e)\n", f->name, worst, tol);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(dout);
+    free(lse);
+    free(dq);
+    free(dk);
+    free(dv);
+    CASE_END();
+}
+
+static void group_score_order(void) {
+    long before = test_state_g_.cases_passed + test_state_g_.cases_failed;
+    long fb = test_state_g_.cases_failed;
+    /* decode's products in the forward for the whole query (few rows), for only its last block
+     * (257 = 252 + 5 positions), for 48 rows of 4 query heads per KV head (AVX-512: decode's;
+     * AVX2: the prefill's beyond 32), and the prefill's alone */
+    static const psum_cfg cases[] = {
+        {"Sq=8 (decode's products)", 8, 48, 1, 1},
+        {"Sq=257 (the last 5 rows decode's)", 257, 40, 1, 1},
+        {"Sq=12, GQA 4 (48 rows)", 12, 48, 4, 1},
+        {"Sq=100 (the prefill's)", 100, 48, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        psum_case(&cases[i]);
+    long n = test_state_g_.cases_passed + test_state_g_.cases_failed - before;
+    long failed = test_state_g_.cases_failed - fb;
+    /* fp16 and bf16 rows the forward takes through decode's products: 3 rows (bf16 on the bf16
+     * dot product: widened, as rows that do not tile by 4), 4 rows (bf16: on the dot product) */
+    for (int64_t sq = 3; sq <= 4; sq++) {
+        bcfg c = bc_cfg(1, sq, 37, 2, 2, 64);
+        failed += run_all_dtypes(c, &n);
+    }
+    group_line("P sums to 1 (scores as forward)", n, failed);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The library's fp32 gradients against finite differences of its own forward
  * ------------------------------------------------------------------------------------------- */
 
@@ -905,6 +1037,7 @@ int main(void) {
     group_schedules();
     group_varlen();
     group_random();
+    group_score_order();
     group_finite_differences();
     bc_print_table("test_backward");
     return TEST_REPORT();

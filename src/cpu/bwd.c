@@ -230,6 +230,52 @@ static void pair_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int6
     }
 }
 
+/* S of the tile's rows [r0, r1) (positions i0 + r of head h) against keys j0..j0+n into s->P,
+ * each row by the products the forward summed its scores with (fa__fwd_score_path): P is
+ * 2^(S - lse) with the forward's lse, so a score summed in another order would leave P off by
+ * its rounding. Packed: Kt ([D, Bc]; plan bf16: pairs, exact products). Decode's: K's rows in
+ * place, on fp32 Q (in plan bf16, converted here into s->tmp, as the forward converted it) or
+ * on the bf16 pairs of plan bf16. */
+static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, int64_t b, int64_t h,
+                   int64_t i0, int64_t r0, int64_t r1, int64_t j0, int64_t n) {
+    const fa__problem *p = pl->p;
+    const fa__cpu_kernels *kern = pl->kern;
+    const int64_t D = p->D, D2 = (D + 1) / 2;
+    for (int64_t a = r0, e; a < r1; a = e) { /* runs of rows on one path */
+        const fa__score_path path = fa__fwd_score_path(p, kern, b, i0 + a);
+        for (e = a + 1; e < r1 && fa__fwd_score_path(p, kern, b, i0 + e) == path;)
+            e++;
+        const int m = (int)(e - a);
+        float *S = s->P + a * FA_BC; // S: [m, n]
+        if (path == FA_SCORES_PACKED) {
+            if (pl->bf16)
+                kern->qk_bf16(m, (int)n, (int)D2, s->Q2 + a * D2, D2, (const uint32_t *)Kt, FA_BC,
+                              pl->qscale, S, FA_BC);
+            else
+                kern->qk(m, (int)n, (int)D, s->Q + a * D, D, Kt, FA_BC, S, FA_BC);
+            continue;
+        }
+        const void *k[FA_BC]; /* key j0 + j's row of KV head h / g */
+        fa__row_ptrs(&p->k, b, fa__row0_k(p, b) + j0, n, h / pl->g, k);
+        if (path == FA_SCORES_ROWS_BF16) { /* the forward's case only where plan bf16 is */
+            kern->qk_rows_bf16(m, (int)n, (int)(D / 2), s->Q2 + a * D2, D2, k, pl->qscale, S, FA_BC,
+                               NULL);
+        } else if (!pl->bf16) {
+            kern->qk_rows(m, (int)n, (int)D, s->Q + a * D, D, k, p->k.dtype, S, FA_BC, NULL);
+        } else { /* bf16 rows the forward widened: fp32 Q, FA_BC rows at a time */
+            const int64_t rq = fa__row0_q(p, b);
+            for (int64_t c = a; c < e; c += FA_BC) {
+                const int64_t cn = e - c < FA_BC ? e - c : FA_BC;
+                for (int64_t r = 0; r < cn; r++)
+                    load_row(pl, s->tmp + r * D, fa__elem(&p->q, b, rq + i0 + c + r, h), &p->q,
+                             pl->qscale);
+                kern->qk_rows((int)cn, (int)n, (int)D, s->tmp, D, k, p->k.dtype, s->P + c * FA_BC,
+                              FA_BC, NULL);
+            }
+        }
+    }
+}
+
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
  * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. Plan bf16:
@@ -244,17 +290,14 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     fa__block_rows(p, i0, nr, j0, n, off, lo, hi);
     const int64_t r0 = *lo, rows = *hi - *lo;
     if (rows == 0) return;
-    if (pl->bf16) { /* bf16 products are exact in fp32: the same S as the forward's */
-        const int64_t D2 = (D + 1) / 2;
-        kern->qk_bf16((int)rows, (int)n, (int)D2, s->Q2 + r0 * D2, D2, (const uint32_t *)Kt,
-                      FA_BC, pl->qscale, s->P + r0 * FA_BC, FA_BC); // S
-        kern->qk_bf16((int)rows, (int)n, (int)D2, s->dO2 + r0 * D2, D2, (const uint32_t *)Vt,
-                      FA_BC, 1.0f, s->dS + r0 * FA_BC, FA_BC);      // dPd
-    } else { // S, dPd: [rows, n]
-        kern->qk((int)rows, (int)n, (int)D, s->Q + r0 * D, D, Kt, FA_BC, s->P + r0 * FA_BC, FA_BC);
+    scores(pl, s, Kt, b, h, i0, r0, *hi, j0, n);
+    const int64_t D2 = (D + 1) / 2;
+    if (pl->bf16) // dPd: [rows, n]
+        kern->qk_bf16((int)rows, (int)n, (int)D2, s->dO2 + r0 * D2, D2, (const uint32_t *)Vt, FA_BC,
+                      1.0f, s->dS + r0 * FA_BC, FA_BC);
+    else
         kern->qk((int)rows, (int)n, (int)D, s->dO + r0 * D, D, Vt, FA_BC, s->dS + r0 * FA_BC,
                  FA_BC);
-    }
     const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
     if (pl->pair_step) { /* the masks and ALiBi, then one step per pair of rows */
         for (int64_t r = r0; r < *hi; r++)

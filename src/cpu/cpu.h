@@ -22,6 +22,22 @@ const char *fa__cpu_kernels_compiled(void);
  * in which case nothing has been written. */
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p);
 
+/* The products the forward computes a query row's scores with: the prefill's on packed K
+ * blocks (qk), or decode's on K rows in place (qk_rows on fp32 Q, or qk_rows_bf16 on bf16
+ * pairs), which sum each score in another order. */
+typedef enum fa__score_path {
+    FA_SCORES_PACKED,
+    FA_SCORES_ROWS,
+    FA_SCORES_ROWS_BF16
+} fa__score_path;
+
+/* The path of query position i of batch b of p with the kernel set kern. The backward recomputes
+ * P = exp(S - lse) from the forward's lse, so it computes each S with the same products: a
+ * score summed in another order is off by its rounding (up to about 1e-5 of dV in fp32, D = 256),
+ * which the saved lse no longer absorbs. */
+fa__score_path fa__fwd_score_path(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
+                                  int64_t i);
+
 /* Attention backward on the CPU: dq, dk, dv for every row (varlen rows outside every sequence
  * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);

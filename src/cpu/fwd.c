@@ -94,6 +94,48 @@ static size_t partial_floats(const fwd_plan *pl) {
     return fa__round_up((size_t)(pl->part_rows * (pl->p->D + 2)));
 }
 
+/* Query positions per task: FA_ROWS rows of g query heads each, within [1, FA_BR_MAX]. */
+static int64_t block_positions(int64_t g) {
+    const int64_t br = FA_ROWS / g;
+    return br < 1 ? 1 : br > FA_BR_MAX ? FA_BR_MAX : br;
+}
+
+/* How many rows decode's products take before the prefill's packed ones do better (on Zen 4,
+ * bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the prefill widens to fp32
+ * packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot product up to
+ * 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads per KV head); fp32
+ * rows, which serve the prefill's packs as they are, as the kernel set says (decode_rows_f32). */
+static int64_t decode_rows(const fa__problem *p, const fa__cpu_kernels *kern) {
+    const int widened =
+        p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && kern->qk_bf16 == NULL);
+    return widened                      ? FA_DECODE_ROWS
+           : p->k.dtype == FA_DTYPE_F32 ? kern->decode_rows_f32
+                                        : FA_DECODE_ROWS_PACKED;
+}
+
+/* The products of a task of nr query positions (R = g·nr rows) of a batch of sq: decode's, on
+ * the K/V rows in place, where its rows are few (a step of one or a few tokens, g·sq <= drows,
+ * the problem's decode_rows; or a short last block), both on the bf16 dot product where q, K
+ * and V are bf16, D is even and R tiles by 4; else the prefill's, on packed blocks. */
+static fa__score_path score_path(const fa__problem *p, const fa__cpu_kernels *kern, int64_t drows,
+                                 int64_t g, int64_t sq, int64_t nr) {
+    const int rows = kern->qk_rows != NULL && (g * nr <= FA_ROWS_IN_PLACE || g * sq <= drows) &&
+                     p->k.sd == 1 && p->v.sd == 1;
+    if (!rows)
+        return FA_SCORES_PACKED;
+    const int dbf = p->q.dtype == FA_DTYPE_BF16 && p->k.dtype == FA_DTYPE_BF16 &&
+                    p->v.dtype == FA_DTYPE_BF16 && kern->qk_rows_bf16 != NULL &&
+                    kern->pv_rows_bf16 != NULL && p->D % 2 == 0 && g * nr % 4 == 0;
+    return dbf ? FA_SCORES_ROWS_BF16 : FA_SCORES_ROWS;
+}
+
+fa__score_path fa__fwd_score_path(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
+                                  int64_t i) {
+    const int64_t g = p->H / p->Hk, br = block_positions(g), sq = fa__seqlen_q(p, b);
+    const int64_t i0 = i / br * br, nr = sq - i0 < br ? sq - i0 : br; /* i's task (fwd_task) */
+    return score_path(p, kern, decode_rows(p, kern), g, sq, nr);
+}
+
 /* One task's rows: KV heads [hk0, hk0 + nh), each with R = g·nr rows (query head
  * hk·g + r/nr at position i0 + r%nr) whose state (Q, O, m, l) sits at row offset (hk-hk0)·R. */
 typedef struct fwd_rows {
@@ -407,19 +449,12 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
 
-    /* bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
+    /* Few rows (decode): products straight from the K/V rows, no packing (score_path).
+     * bf16 inputs on a CPU with a bf16 dot product stay bf16 in both products (Q unscaled:
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
-    /* Few rows (decode): products straight from the K/V rows, no packing; the cache is read
-     * once and the work per key is small, so packing would cost more than it saves. */
-    const int rows = kern->qk_rows != NULL &&
-                     (R <= FA_ROWS_IN_PLACE || pl->g * sq <= pl->decode_rows) && p->k.sd == 1 &&
-                     p->v.sd == 1;
+    const fa__score_path path = score_path(p, kern, pl->decode_rows, pl->g, sq, nr);
+    const int rows = path != FA_SCORES_PACKED, dbf = path == FA_SCORES_ROWS_BF16;
     const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
-    /* Decode of bf16 q, K and V (even D, 4-row tiles): both products on the bf16 dot product,
-     * straight on the rows as they are. */
-    const int dbf = rows && p->q.dtype == FA_DTYPE_BF16 && p->k.dtype == FA_DTYPE_BF16 &&
-                    p->v.dtype == FA_DTYPE_BF16 && kern->qk_rows_bf16 != NULL &&
-                    kern->pv_rows_bf16 != NULL && D % 2 == 0 && R % 4 == 0;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
@@ -660,25 +695,13 @@ static void head_packs(fwd_plan *pl, int nthreads) {
 
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
-    pl.br = FA_ROWS / pl.g;
-    if (pl.br < 1) pl.br = 1;
-    if (pl.br > FA_BR_MAX) pl.br = FA_BR_MAX;
+    pl.br = block_positions(pl.g);
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
     pl.ldk = fa__packed_ld(FA_BC);
     pl.ldv = fa__packed_ld(p->D);
 
     const int nthreads = fa__context_threads(ctx);
-    /* How many rows decode's products take before the prefill's packed ones do better (on Zen
-     * 4, bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the prefill widens to
-     * fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot
-     * product up to 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads
-     * per KV head); fp32 rows, which serve the prefill's packs as they are, as the kernel set
-     * says (decode_rows_f32). */
-    const int widened =
-        p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 == NULL);
-    pl.decode_rows = widened                      ? FA_DECODE_ROWS
-                     : p->k.dtype == FA_DTYPE_F32 ? pl.kern->decode_rows_f32
-                                                  : FA_DECODE_ROWS_PACKED;
+    pl.decode_rows = decode_rows(p, pl.kern);
     /* With fewer than FA_FEW_HEADS (batch, KV head) pairs, the prefill's path has that few
      * tasks (one per pair where the query fits one): a batch of up to FA_SPLIT_ROWS_MAX rows
      * then splits its keys too, its chunks on the prefill's products, so that more threads have
