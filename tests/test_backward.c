@@ -773,14 +773,12 @@ static void psum_case(const psum_cfg *f) {
     const int64_t B = 1, H = f->H, Hk = f->Hk, Sq = f->Sq, Sk = f->Sk;
     int64_t qs[4] = {B, Sq, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, Sq};
     const int64_t nq = Sq * H * D, nk = Sk * Hk * D;
-    float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
-    float *v = malloc(sizeof(float) * (size_t)nk), *out = malloc(sizeof(float) * (size_t)nq);
-    float *dout = calloc((size_t)nq, sizeof(float)),
-          *lse = malloc(sizeof(float) * (size_t)(H * Sq));
-    float *dq = malloc(sizeof(float) * (size_t)nq), *dk = malloc(sizeof(float) * (size_t)nk);
-    float *dv = malloc(sizeof(float) * (size_t)nk);
-    if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv)
+    float *all = calloc((size_t)(4 * nq + 4 * nk + H * Sq), sizeof(float)); /* one block */
+    if (!all)
         abort();
+    float *q = all, *out = q + nq, *dout = out + nq, *dq = dout + nq; /* [Sq, H, D] each */
+    float *k = dq + nq, *v = k + nk, *dk = v + nk, *dv = dk + nk;     /* [Sk, Hk, D] each */
+    float *lse = dv + nk;                                             /* [H, Sq] */
     for (int64_t r = 0; r < Sq * H; r++)
         for (int64_t d = 0; d < D / 2; d++)
             q[r * D + d] = q[r * D + D / 2 + d] = (float)(8.0 * tu_normal());
@@ -841,15 +839,7 @@ static void psum_case(const psum_cfg *f) {
               "a row of P sums to 1 +- %.3g (> (Sk + 64) u = %.3g) at KV head %lld, column %lld",
               worst, tol, (long long)(worst_at / D), (long long)(worst_at % D));
     printf("  P rows %-30s max |sum - 1| = %.2e (limit %.2e)\n", f->name, worst, tol);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
-    free(dout);
-    free(lse);
-    free(dq);
-    free(dk);
-    free(dv);
+    free(all);
     CASE_END();
 }
 
