@@ -231,7 +231,7 @@ static void pair_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int6
 }
 
 /* S of the tile's rows [r0, r1) (positions i0 + r of head h) against keys j0..j0+n into s->P,
- * each row by the products the forward summed its scores with (fa__fwd_score_path): P is
+ * each row by the products the forward summed its scores with (fa__fwd_score_rows): P is
  * 2^(S - lse) with the forward's lse, so a score summed in another order would leave P off by
  * its rounding. Packed: Kt ([D, Bc]; plan bf16: pairs, exact products). Decode's: K's rows in
  * place, on fp32 Q (in plan bf16, converted here into s->tmp, as the forward converted it) or
@@ -241,10 +241,12 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = p->D, D2 = (D + 1) / 2;
-    for (int64_t a = r0, e; a < r1; a = e) { /* runs of rows on one path */
-        const fa__score_path path = fa__fwd_score_path(p, kern, b, i0 + a);
-        for (e = a + 1; e < r1 && fa__fwd_score_path(p, kern, b, i0 + e) == path;)
-            e++;
+    int64_t from; /* rows [split, r1) are on decode's products, the ones before on the prefill's */
+    const fa__score_path rows_path = fa__fwd_score_rows(p, kern, b, &from);
+    const int64_t split = from - i0 < r0 ? r0 : from - i0 > r1 ? r1 : from - i0;
+    for (int64_t a = r0, e; a < r1; a = e) {
+        const fa__score_path path = a < split ? FA_SCORES_PACKED : rows_path;
+        e = a < split ? split : r1;
         const int m = (int)(e - a);
         float *S = s->P + a * FA_BC; // S: [m, n]
         if (path == FA_SCORES_PACKED) {

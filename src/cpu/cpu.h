@@ -31,12 +31,14 @@ typedef enum fa__score_path {
     FA_SCORES_ROWS_BF16
 } fa__score_path;
 
-/* The path of query position i of batch b of p with the kernel set kern. The backward recomputes
- * P = exp(S - lse) from the forward's lse, so it computes each S with the same products: a
- * score summed in another order is off by its rounding (up to about 1e-5 of dV in fp32, D = 256),
- * which the saved lse no longer absorbs. */
-fa__score_path fa__fwd_score_path(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
-                                  int64_t i);
+/* The query positions [*from, sq) of batch b of p whose scores the forward computes with
+ * decode's products (with the kernel set kern), and which of them; FA_SCORES_PACKED with *from
+ * = sq: none. They are a suffix: a whole batch of few rows, or its short last block; the rest
+ * are the prefill's. The backward recomputes P = exp(S - lse) from the forward's lse, so it
+ * computes each S with the same products: a score summed in another order is off by its
+ * rounding (up to about 1e-5 of dV in fp32, D = 256), which the saved lse no longer absorbs. */
+fa__score_path fa__fwd_score_rows(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
+                                  int64_t *from);
 
 /* Attention backward on the CPU: dq, dk, dv for every row (varlen rows outside every sequence
  * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */

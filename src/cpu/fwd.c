@@ -129,11 +129,19 @@ static fa__score_path score_path(const fa__problem *p, const fa__cpu_kernels *ke
     return dbf ? FA_SCORES_ROWS_BF16 : FA_SCORES_ROWS;
 }
 
-fa__score_path fa__fwd_score_path(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
-                                  int64_t i) {
+fa__score_path fa__fwd_score_rows(const fa__problem *p, const fa__cpu_kernels *kern, int64_t b,
+                                  int64_t *from) {
     const int64_t g = p->H / p->Hk, br = block_positions(g), sq = fa__seqlen_q(p, b);
-    const int64_t i0 = i / br * br, nr = sq - i0 < br ? sq - i0 : br; /* i's task (fwd_task) */
-    return score_path(p, kern, decode_rows(p, kern), g, sq, nr);
+    const int64_t drows = decode_rows(p, kern);
+    fa__score_path path = FA_SCORES_PACKED;
+    *from = sq;
+    for (int64_t i0 = (sq - 1) / br * br; i0 >= 0; i0 -= br) { /* tasks as fwd_task cuts them */
+        const fa__score_path here = score_path(p, kern, drows, g, sq, sq - i0 < br ? sq - i0 : br);
+        if (here == FA_SCORES_PACKED || (path != FA_SCORES_PACKED && here != path))
+            break;
+        path = here, *from = i0;
+    }
+    return path;
 }
 
 /* One task's rows: KV heads [hk0, hk0 + nh), each with R = g·nr rows (query head
