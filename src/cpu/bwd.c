@@ -242,39 +242,34 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = p->D, D2 = (D + 1) / 2;
     int64_t from; /* rows [split, r1) are on decode's products, the ones before on the prefill's */
-    const fa__score_path rows_path = fa__fwd_score_rows(p, kern, b, &from);
+    const fa__score_path path = fa__fwd_score_rows(p, kern, b, &from);
     const int64_t split = from - i0 < r0 ? r0 : from - i0 > r1 ? r1 : from - i0;
-    for (int64_t a = r0, e; a < r1; a = e) {
-        const fa__score_path path = a < split ? FA_SCORES_PACKED : rows_path;
-        e = a < split ? split : r1;
-        const int m = (int)(e - a);
-        float *S = s->P + a * FA_BC; // S: [m, n]
-        if (path == FA_SCORES_PACKED) {
-            if (pl->bf16)
-                kern->qk_bf16(m, (int)n, (int)D2, s->Q2 + a * D2, D2, (const uint32_t *)Kt, FA_BC,
-                              pl->qscale, S, FA_BC);
-            else
-                kern->qk(m, (int)n, (int)D, s->Q + a * D, D, Kt, FA_BC, S, FA_BC);
-            continue;
-        }
-        const void *k[FA_BC]; /* key j0 + j's row of KV head h / g */
-        fa__row_ptrs(&p->k, b, fa__row0_k(p, b) + j0, n, h / pl->g, k);
-        if (path == FA_SCORES_ROWS_BF16) { /* the forward's case only where plan bf16 is */
-            kern->qk_rows_bf16(m, (int)n, (int)(D / 2), s->Q2 + a * D2, D2, k, pl->qscale, S, FA_BC,
-                               NULL);
-        } else if (!pl->bf16) {
-            kern->qk_rows(m, (int)n, (int)D, s->Q + a * D, D, k, p->k.dtype, S, FA_BC, NULL);
-        } else { /* bf16 rows the forward widened: fp32 Q, FA_BC rows at a time */
-            const int64_t rq = fa__row0_q(p, b);
-            for (int64_t c = a; c < e; c += FA_BC) {
-                const int64_t cn = e - c < FA_BC ? e - c : FA_BC;
-                for (int64_t r = 0; r < cn; r++)
-                    load_row(pl, s->tmp + r * D, fa__elem(&p->q, b, rq + i0 + c + r, h), &p->q,
-                             pl->qscale);
-                kern->qk_rows((int)cn, (int)n, (int)D, s->tmp, D, k, p->k.dtype, s->P + c * FA_BC,
-                              FA_BC, NULL);
-            }
-        }
+    if (split > r0) { // S: [split - r0, n]
+        if (pl->bf16)
+            kern->qk_bf16((int)(split - r0), (int)n, (int)D2, s->Q2 + r0 * D2, D2,
+                          (const uint32_t *)Kt, FA_BC, pl->qscale, s->P + r0 * FA_BC, FA_BC);
+        else
+            kern->qk((int)(split - r0), (int)n, (int)D, s->Q + r0 * D, D, Kt, FA_BC,
+                     s->P + r0 * FA_BC, FA_BC);
+    }
+    if (split == r1)
+        return;
+    /* at most 64 rows (the forward's decode rows), as the row products take them */
+    const int m = (int)(r1 - split);
+    float *S = s->P + split * FA_BC; // S: [m, n]
+    const void *k[FA_BC];            /* key j0 + j's row of KV head h / g */
+    fa__row_ptrs(&p->k, b, fa__row0_k(p, b) + j0, n, h / pl->g, k);
+    if (path == FA_SCORES_ROWS_BF16) { /* the forward's case only where plan bf16 is */
+        kern->qk_rows_bf16(m, (int)n, (int)(D / 2), s->Q2 + split * D2, D2, k, pl->qscale, S, FA_BC,
+                           NULL);
+    } else if (!pl->bf16) {
+        kern->qk_rows(m, (int)n, (int)D, s->Q + split * D, D, k, p->k.dtype, S, FA_BC, NULL);
+    } else { /* bf16 rows the forward widened: fp32 Q, as the forward converted it */
+        const int64_t rq = fa__row0_q(p, b);
+        for (int64_t r = 0; r < m; r++) // s->tmp: [m, D], m <= 64 < FA_BC
+            load_row(pl, s->tmp + r * D, fa__elem(&p->q, b, rq + i0 + split + r, h), &p->q,
+                     pl->qscale);
+        kern->qk_rows(m, (int)n, (int)D, s->tmp, D, k, p->k.dtype, S, FA_BC, NULL);
     }
 }
 

@@ -327,6 +327,20 @@ typedef struct bd_probe {
 
 static uint64_t bd_sink; /* keeps the sums alive */
 
+/* "plain sum X, asking, all levels Y, asking, to L2 Z" into buf: each reader's rate (gbs, as
+ * %.1f) or, where gbs is NULL, its count of wins. Returns buf. */
+static const char *bd_readers_text(char *buf, size_t size, const double *gbs, const int *wins) {
+    size_t at = 0;
+    for (int r = 0; r < BD_READERS && at < size; r++) {
+        const char *sep = r ? ", " : "";
+        const int w =
+            gbs ? snprintf(buf + at, size - at, "%s%s %.1f", sep, bd_reader_names[r], gbs[r])
+                : snprintf(buf + at, size - at, "%s%s %d", sep, bd_reader_names[r], wins[r]);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    return buf;
+}
+
 /* One timed pass of a reader over buf: seconds from the threads' start to their stop; *sum: the
  * threads' sums together. */
 static double bd_probe_pass(unsigned char *buf, size_t bytes, int threads, int reader,
@@ -804,10 +818,11 @@ int cmd_bench_decode(int argc, char **argv) {
            "reader's rate over K and V; 'probe GB/s' is their median; %%probe is the median over "
            "calls of the call's GB/s over its own round's probe\n",
            threads, BD_ASK_AHEAD >> 10);
+    char rtext[160];
     printf("reference: a separate %ld MiB buffer read the same way: %.1f GB/s (%.1f-%.1f); each "
-           "reader's median: %s %.1f, %s %.1f, %s %.1f\n",
-           o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max, bd_reader_names[0], p0.reader_gbs[0],
-           bd_reader_names[1], p0.reader_gbs[1], bd_reader_names[2], p0.reader_gbs[2]);
+           "reader's median: %s\n",
+           o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max,
+           bd_readers_text(rtext, sizeof rtext, p0.reader_gbs, NULL));
     printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s %7s | %8s %s\n", "dtype", "B", "L",
            "K+V MiB", "median ms", "(min-max)", "GB/s", "probe", "%probe", "err", "note");
     fflush(stdout);
@@ -845,12 +860,12 @@ int cmd_bench_decode(int argc, char **argv) {
 
     bd_measure_probe(pbuf, pbytes, threads, (int)o.probe_passes, &p1);
     bd_first_line("/proc/loadavg", load1, sizeof load1);
-    printf("\nfastest probe reader over the grid's rounds: %s %d, %s %d, %s %d\n",
-           bd_reader_names[0], wins[0], bd_reader_names[1], wins[1], bd_reader_names[2], wins[2]);
+    printf("\nfastest probe reader over the grid's rounds: %s\n",
+           bd_readers_text(rtext, sizeof rtext, NULL, wins));
     printf("reference probe again after the grid: %.1f GB/s (%.1f-%.1f); before: %.1f; each "
-           "reader's median: %s %.1f, %s %.1f, %s %.1f\n",
-           p1.gbs, p1.gbs_min, p1.gbs_max, p0.gbs, bd_reader_names[0], p1.reader_gbs[0],
-           bd_reader_names[1], p1.reader_gbs[1], bd_reader_names[2], p1.reader_gbs[2]);
+           "reader's median: %s\n",
+           p1.gbs, p1.gbs_min, p1.gbs_max, p0.gbs,
+           bd_readers_text(rtext, sizeof rtext, p1.reader_gbs, NULL));
     printf("load after: %s\n", load1);
     if (nskipped)
         printf("%d configuration%s skipped for memory (see above)\n", nskipped,
