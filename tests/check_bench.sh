@@ -103,6 +103,28 @@ if grep -q 'CHECK FAILED' "$out/bench-decode-q6.txt"; then
     fail "bench-decode --queries 6: a row disagreed with fp64"
 fi
 
+# the target summary: per dtype, the rows of 16384+ tokens, how many reached 80% of their probe,
+# decode's fastest in-LLC row and how many 16k+ rows' 80% of probe lie above it, recomputed here
+# from the printed rows (where the OS names no LLC size, no row is in-LLC: "none in the grid")
+"$bin" bench-decode --lens 1000,16384 --batches 1,2 --dtypes f16 --runs 2 --probe-mib 8 \
+    --probe-passes 2 >"$out/bench-decode-target.txt" || fail "bench-decode (target) exited with $?"
+cat "$out/bench-decode-target.txt"
+want=$(awk '
+    /^fp16 +[12] +(1000|16384) .*%/ {
+        gbs = $9 + 0; probe = $10 + 0; pct = $11; sub("%", "", pct); pct += 0
+        if ($3 >= 16384) { n++; met += (pct >= 80); pr[n] = probe }
+        if ($0 ~ /fits in LLC/ && gbs > best) { best = gbs; at = sprintf("%.1f (%d, %d)", gbs, $2, $3) }
+    }
+    END {
+        if (!best) { print n, met, "none in the grid", "-"; exit }
+        for (i = 1; i <= n; i++) above += (pr[i] * 0.8 > best)
+        print n, met, at, above + 0
+    }' "$out/bench-decode-target.txt")
+got=$(sed -n 's/^fp16 \+\([0-9]*\) \+\([0-9]*\) \+[0-9.]*-[0-9.]*% | \+\(.*[^ ]\) \+\([0-9-]*\)$/\1 \2 \3 \4/p' \
+      "$out/bench-decode-target.txt")
+[ -n "$got" ] && [ "$got" = "$want" ] \
+    || fail "bench-decode: the target summary says '$got', its rows say '$want'"
+
 # Bad usage exits with 2
 set +e
 "$bin" bench --dims x >/dev/null 2>&1

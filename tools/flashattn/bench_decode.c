@@ -25,7 +25,11 @@
  * tokens and a block table that scatters each sequence's pages over it). Configurations whose
  * caches do not fit in MemAvailable (with a margin) are skipped and listed. Each row also checks
  * batch 0's first and last heads (of its first and last query tokens) against an fp64
- * computation over the cache, so a broken kernel cannot report a good time.
+ * computation over the cache, so a broken kernel cannot report a good time. After the grid,
+ * per dtype: the rows of 16k tokens or more at 80% of their probe (the decode issue's target),
+ * beside decode's fastest row whose cache fits in the last-level cache, its rate with the bytes
+ * coming from cache: where 80% of a row's probe is above that, the target asks decode to read
+ * memory faster than it read the cache on the same cores.
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -611,6 +615,60 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     free(bt);
 }
 
+/* The issue's target, rows of BD_TARGET_L tokens or more at BD_TARGET_PCT% of their probe or
+ * better, per dtype, beside decode's fastest row whose cache fits in the last-level cache: the
+ * probe round before each call leaves such a cache there, so that row is decode's rate with
+ * little or no wait for memory, on the same cores in the same run. A row whose probe times
+ * BD_TARGET_PCT% is above it asks for more than decode read from cache. Rates and shares are
+ * compared as printed (to 0.1), so the counts can be redone from the table. */
+enum { BD_TARGET_L = 16384, BD_TARGET_PCT = 80 };
+
+static double bd_r1(double x) { return round(x * 10.0) / 10.0; }
+
+static void bd_summary(const bd_options *o, const bd_row *rows, int n) {
+    printf("\ntarget: rows of %d tokens or more at >= %d%% of their probe; in-LLC: decode's "
+           "fastest row whose K and V fit in the LLC (read from cache, not memory); above: rows "
+           "of %d+ tokens whose %d%% of probe is above that rate\n",
+           BD_TARGET_L, BD_TARGET_PCT, BD_TARGET_L, BD_TARGET_PCT);
+    char at[16];
+    snprintf(at, sizeof at, ">=%d%%", BD_TARGET_PCT);
+    printf("%-5s %6s %6s %15s | %26s %6s\n", "dtype", "rows", at, "%probe range",
+           "in-LLC GB/s (B, L)", "above");
+    for (int di = 0; di < o->ndtypes; di++) {
+        const bd_row *fast = NULL;
+        int big = 0, met = 0;
+        double lo = 1e300, hi = 0.0;
+        for (int i = 0; i < n; i++) {
+            const bd_row *r = &rows[i];
+            if (r->dtype != o->dtypes[di] || r->skipped)
+                continue;
+            if (r->in_llc && (!fast || bd_r1(r->gbs) > bd_r1(fast->gbs)))
+                fast = r;
+            if (r->L < BD_TARGET_L)
+                continue;
+            big++;
+            met += bd_r1(r->pct) >= BD_TARGET_PCT;
+            lo = r->pct < lo ? r->pct : lo;
+            hi = r->pct > hi ? r->pct : hi;
+        }
+        char range[32] = "-", llc[40] = "none in the grid", above[16] = "-";
+        if (big)
+            snprintf(range, sizeof range, "%.1f-%.1f%%", lo, hi);
+        if (fast)
+            snprintf(llc, sizeof llc, "%.1f (%ld, %ld)", fast->gbs, fast->B, fast->L);
+        if (fast && big) {
+            int k = 0;
+            for (int i = 0; i < n; i++)
+                k += rows[i].dtype == o->dtypes[di] && !rows[i].skipped &&
+                     rows[i].L >= BD_TARGET_L &&
+                     bd_r1(rows[i].probe) * (BD_TARGET_PCT / 100.0) > bd_r1(fast->gbs);
+            snprintf(above, sizeof above, "%d", k);
+        }
+        printf("%-5s %6d %6d %15s | %26s %6s\n", cli_dtype_name(o->dtypes[di]), big, met, range,
+               llc, above);
+    }
+}
+
 /* ---- the command ------------------------------------------------------------------------------
  */
 
@@ -628,7 +686,9 @@ static void bd_usage(FILE *f) {
             "every cache level, or to L2) and keeps the fastest: %%probe is the median over\n"
             "calls of the call's rate over its own round's probe. A probe over a separate\n"
             "buffer larger than the last-level cache is printed before and after the grid for\n"
-            "reference.\n"
+            "reference. Last, per dtype: how many rows of 16384 tokens or more read 80%% of their\n"
+            "probe, decode's fastest row whose cache fits in the last-level cache (a rate read\n"
+            "from cache, not memory), and how many 16k+ rows ask 80%% of a probe above it.\n"
             "\n"
             "options:\n"
             "  --lens LIST      cache lengths (default 1024,4096,16384,65536,131072)\n"
@@ -827,7 +887,8 @@ int cmd_bench_decode(int argc, char **argv) {
            "K+V MiB", "median ms", "(min-max)", "GB/s", "probe", "%probe", "err", "note");
     fflush(stdout);
 
-    int bad = 0, nskipped = 0, wins[BD_READERS] = {0};
+    int bad = 0, nskipped = 0, wins[BD_READERS] = {0}, nrows = 0;
+    bd_row *rows = cli_xmalloc(sizeof *rows * (size_t)(o.ndtypes * o.nlens * o.nbatches), "rows");
     for (int di = 0; di < o.ndtypes; di++)
         for (int li = 0; li < o.nlens; li++)
             for (int bi = 0; bi < o.nbatches; bi++) {
@@ -837,6 +898,7 @@ int cmd_bench_decode(int argc, char **argv) {
                 r.L = o.lens[li];
                 r.B = o.batches[bi];
                 bd_run_row(&o, ctx, threads, llc, &r);
+                rows[nrows++] = r;
                 for (int k = 0; k < BD_READERS; k++)
                     wins[k] += r.wins[k];
                 if (r.skipped) {
@@ -867,6 +929,8 @@ int cmd_bench_decode(int argc, char **argv) {
            p1.gbs, p1.gbs_min, p1.gbs_max, p0.gbs,
            bd_readers_text(rtext, sizeof rtext, p1.reader_gbs, NULL));
     printf("load after: %s\n", load1);
+    bd_summary(&o, rows, nrows);
+    free(rows);
     if (nskipped)
         printf("%d configuration%s skipped for memory (see above)\n", nskipped,
                nskipped == 1 ? "" : "s");
