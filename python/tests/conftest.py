@@ -6,10 +6,12 @@ import os
 import flashattn
 import numpy as np
 import pytest
+from helpers import SEED, seeded
 
 
 def pytest_report_header(config):
-    lines = [f"flashattn {flashattn.__version__} from {os.path.dirname(flashattn.__file__)}"]
+    lines = [f"flashattn {flashattn.__version__} from {os.path.dirname(flashattn.__file__)}",
+             f"seed: {SEED} (FA_TEST_SEED={SEED} draws this run's inputs again)"]
     try:
         lines.append(f"libflashattn: {flashattn.library_path()}")
         lines.append(f"build: {flashattn.build_info()}")
@@ -24,6 +26,12 @@ def pytest_report_header(config):
     return lines
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if terminalreporter.stats.get("failed"):
+        terminalreporter.write_line(f"inputs of this run: FA_TEST_SEED={SEED} draws them again")
+
+
 @pytest.fixture
-def rng():
-    return np.random.default_rng(1234)
+def rng(request):
+    """Fresh inputs each run, their own for each test (seeded by the test's id)."""
+    return np.random.default_rng(seeded(request.node.nodeid))

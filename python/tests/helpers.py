@@ -1,8 +1,25 @@
 """Test helpers: dtypes, tolerances, random inputs, comparisons against the fp64 reference."""
 
+import hashlib
+import os
+import secrets
+
 import numpy as np
 
 from flashattn import _core
+
+# This run's seed: fresh unless FA_TEST_SEED gives one (the C tests' variable), so each run draws
+# new inputs and a failure can be replayed; pytest prints it in its header and after failures.
+SEED = int(os.environ["FA_TEST_SEED"], 0) if os.environ.get("FA_TEST_SEED") else secrets.randbits(32)
+
+
+def seeded(key):
+    """A 64-bit seed for key (an int, or a string such as a test's id) in this run: the same key
+    gives the same seed within a run (two draws meant to match stay matched), a new run new ones;
+    every bit depends on both, so any slice of it (np.random.seed takes 32) is fresh too."""
+    digest = hashlib.blake2b(f"{SEED}:{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
 
 BF16 = _core._NP_BF16  # None without ml_dtypes
 

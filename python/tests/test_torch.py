@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from helpers import seeded  # noqa: E402
 
 from flashattn import (  # noqa: E402
     flash_attn_func,
@@ -101,7 +102,7 @@ def test_forward_and_gradients_match_sdpa(case, dtype):
     kw = dict(kw)
     if "alibi_slopes" in kw:
         kw["alibi_slopes"] = _slopes(kw["alibi_slopes"], B, H)
-    torch.manual_seed(0)
+    torch.manual_seed(seeded(0))
     q = torch.randn(B, Sq, H, D).to(dtype).requires_grad_()
     k = torch.randn(B, Sk, Hk, D).to(dtype).requires_grad_()
     v = torch.randn(B, Sk, Hk, D).to(dtype).requires_grad_()
@@ -123,7 +124,7 @@ def test_forward_and_gradients_match_sdpa(case, dtype):
 
 def test_softcap_and_fully_masked_rows_match_reference():
     """What SDPA cannot express (softcap; rows with no visible key) against the fp64 reference."""
-    torch.manual_seed(1)
+    torch.manual_seed(seeded(1))
     q = torch.randn(2, 30, 4, 32, requires_grad=True)
     k = torch.randn(2, 12, 2, 32, requires_grad=True)
     v = torch.randn(2, 12, 2, 32, requires_grad=True)
@@ -142,7 +143,7 @@ def test_softcap_and_fully_masked_rows_match_reference():
 
 
 def test_packed_and_bhsd_views_without_copies():
-    torch.manual_seed(2)
+    torch.manual_seed(seeded(2))
     B, S, H, D = 2, 17, 4, 16
     qkv = torch.randn(B, S, 3, H, D, requires_grad=True)
     out = flash_attn_qkvpacked_func(qkv, causal=True)
@@ -180,7 +181,7 @@ def _varlen(lens_q, lens_k, H, Hk, D, dtype=torch.float32):
 
 
 def test_varlen_matches_sdpa_per_sequence():
-    torch.manual_seed(3)
+    torch.manual_seed(seeded(3))
     lq, lk = [5, 17, 9], [7, 30, 9]
     q, k, v, cu_q, cu_k, mq, mk = _varlen(lq, lk, 4, 2, 24)
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True,
@@ -201,7 +202,7 @@ def test_varlen_matches_sdpa_per_sequence():
 
 
 def test_varlen_packed_gradients():
-    torch.manual_seed(4)
+    torch.manual_seed(seeded(4))
     lens = [6, 13, 2]
     q, k, v, cu, _, m, _ = _varlen(lens, lens, 2, 2, 16)
     qkv = torch.stack([q, k, v], dim=1).detach().requires_grad_()
@@ -220,14 +221,14 @@ def test_varlen_packed_gradients():
 
 
 def test_dropout_uses_torch_generator_and_backward_regenerates_mask():
-    torch.manual_seed(5)
+    torch.manual_seed(seeded(5))
     B, Sq, Sk, H, D, p = 2, 21, 33, 2, 16, 0.3
     q, k, v = (torch.randn(B, s, H, D) for s in (Sq, Sk, Sk))
     dout = torch.randn(B, Sq, H, D)
-    torch.manual_seed(123)
+    torch.manual_seed(seeded(123))
     _, _, _, rng_state = _flash_attn_forward(q, k, v, p, None, True, -1, -1, 0.0, None, False)
     keep = _core.dropout_mask_for(_core.NumpyBackend, (B, H, Sq, Sk), p, rng_state.numpy()) != 0
-    torch.manual_seed(123)  # same generator state → same seed → same mask
+    torch.manual_seed(seeded(123))  # same generator state → same seed → same mask
     qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
     out, lse, S = flash_attn_func(qg, kg, vg, dropout_p=p, causal=True, return_attn_probs=True)
     out.backward(dout)
@@ -239,13 +240,13 @@ def test_dropout_uses_torch_generator_and_backward_regenerates_mask():
     vis = ref[2] > 0
     assert S.shape == (B, H, Sq, Sk)
     assert np.array_equal((S.numpy() >= 0)[vis], keep[vis])
-    torch.manual_seed(123)
+    torch.manual_seed(seeded(123))
     assert torch.equal(flash_attn_func(q, k, v, dropout_p=p, causal=True), out.detach())
     assert not torch.equal(flash_attn_func(q, k, v, dropout_p=p, causal=True), out.detach())
 
 
 def test_backward_is_deterministic():
-    torch.manual_seed(6)
+    torch.manual_seed(seeded(6))
     q, k, v = (torch.randn(2, 64, 4, 32, requires_grad=True) for _ in range(3))
     g1 = torch.autograd.grad(flash_attn_func(q, k, v, causal=True).sum(), (q, k, v))
     g2 = torch.autograd.grad(flash_attn_func(q, k, v, causal=True, deterministic=True).sum(),
@@ -280,13 +281,13 @@ GRADCHECK = [
 @pytest.mark.parametrize("case", GRADCHECK, ids=[c[0] for c in GRADCHECK])
 def test_gradcheck(case):
     name, B, Sq, Sk, H, Hk, D, kw = case
-    torch.manual_seed(7)
+    torch.manual_seed(seeded(7))
     q = torch.randn(B, Sq, H, D, requires_grad=True)
     k = torch.randn(B, Sk, Hk, D, requires_grad=True)
     v = torch.randn(B, Sk, Hk, D, requires_grad=True)
 
     def fn(q, k, v):
-        torch.manual_seed(11)  # dropout: the same mask on every evaluation
+        torch.manual_seed(seeded(11))  # dropout: the same mask on every evaluation
         return flash_attn_func(q, k, v, **kw)
 
     assert _gradcheck(fn, (q, k, v))
@@ -304,7 +305,7 @@ def test_gradcheck_bounds_catch_a_one_percent_gradient_error():
         def backward(ctx, g):
             return g * 1.01
 
-    torch.manual_seed(7)
+    torch.manual_seed(seeded(7))
     q, k, v = (torch.randn(1, 5, 2, 8, requires_grad=True) for _ in range(3))
     with pytest.raises(Exception, match="Jacobian mismatch"):
         _gradcheck(lambda q, k, v: flash_attn_func(Skewed.apply(q), k, v, causal=True),
@@ -312,7 +313,7 @@ def test_gradcheck_bounds_catch_a_one_percent_gradient_error():
 
 
 def test_gradcheck_varlen_and_packed():
-    torch.manual_seed(8)
+    torch.manual_seed(seeded(8))
     q, k, v, cu_q, cu_k, mq, mk = _varlen([3, 5], [4, 6], 2, 1, 4)
     assert _gradcheck(lambda q, k, v: flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk,
                                                              causal=True), (q, k, v))
@@ -337,7 +338,7 @@ class _Attention(torch.nn.Module):
 
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4 has no torch.library.custom_op")
 def test_torch_compile_forward_and_backward():
-    torch.manual_seed(9)
+    torch.manual_seed(seeded(9))
     eager = _Attention()
     compiled_model = _Attention()
     compiled_model.load_state_dict(eager.state_dict())
@@ -356,7 +357,7 @@ def test_torch_compile_forward_and_backward():
 def test_torch_compile_graph_holds_the_custom_ops():
     from torch._dynamo.testing import CompileCounterWithBackend
 
-    torch.manual_seed(10)
+    torch.manual_seed(seeded(10))
     q, k, v = (torch.randn(1, 16, 2, 16, requires_grad=True) for _ in range(3))
     cnt = CompileCounterWithBackend("aot_eager")
     f = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True).sum(),
@@ -371,7 +372,7 @@ def test_torch_compile_graph_holds_the_custom_ops():
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck")
 def test_opcheck_custom_ops():
-    torch.manual_seed(11)
+    torch.manual_seed(seeded(11))
     ops = torch.ops.flashattn_c
     # The ops carry no autograd formula of their own (the autograd.Function classes do, as in
     # flash-attn), so the inputs here do not require grad.
@@ -428,7 +429,7 @@ def test_torch_errors():
 
 
 def test_kvcache_torch_in_place_and_no_grad():
-    torch.manual_seed(12)
+    torch.manual_seed(seeded(12))
     B, H, Hk, D, S_cache = 2, 4, 2, 32, 40
     q = torch.randn(B, 1, H, D)
     k_cache, v_cache = torch.randn(B, S_cache, Hk, D), torch.randn(B, S_cache, Hk, D)
@@ -451,7 +452,7 @@ def test_kvcache_eager_call_matches_the_op():
     """A plain eager decode step skips the custom op's dispatch: it must give the op's results
     bit for bit, bump the caches' version counters when it appends (and only then), and leave
     calls that need the op (a tensor requiring grad, a dispatch mode) to it."""
-    torch.manual_seed(14)
+    torch.manual_seed(seeded(14))
     B, H, Hk, D, S_cache = 2, 4, 2, 32, 40
     q = torch.randn(B, 1, H, D).bfloat16()
     caches = [torch.randn(B, S_cache, Hk, D).bfloat16() for _ in range(2)]
@@ -496,7 +497,7 @@ def test_kvcache_eager_call_matches_the_op():
 def test_kvcache_seqlens_as_one_number():
     """An int cache_seqlens is the (B,) tensor of it; a negative one, a float or a bool is an
     error with nothing written (-1 is not "the whole cache": that is None)."""
-    torch.manual_seed(5)
+    torch.manual_seed(seeded(5))
     q, kn = torch.randn(2, 1, 2, 8), torch.randn(2, 1, 2, 8)
     kc, vc = torch.randn(2, 10, 2, 8), torch.randn(2, 10, 2, 8)
     want = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.full((2,), 4, dtype=torch.int32))
@@ -512,7 +513,7 @@ def test_kvcache_seqlens_as_one_number():
 def test_kvcache_under_torch_compile():
     """A compiled decode step appends to the cache in place (a mutating custom op) and matches
     eager."""
-    torch.manual_seed(13)
+    torch.manual_seed(seeded(13))
     B, H, D, S_cache = 2, 2, 16, 24
 
     def step(q, k, v, k_cache, v_cache, seqlens):
