@@ -29,7 +29,8 @@ static void *xcalloc(int64_t n, size_t size) {
 
 static void backward_impl(const ref_problem *p, const double *q, const double *k, const double *v,
                           const double *out_given, const double *dout, double *out, double *lse,
-                          double *dq, double *dk, double *dv, double (*rnd)(double), int bound) {
+                          double *dq, double *dk, double *dv, double (*rnd)(double),
+                          double (*opnd)(double), int bound) {
     const int64_t B = p->B, Sq = p->Sq, Sk = p->Sk, H = p->H, Hk = p->Hk, D = p->D;
     const int64_t group = Hk > 0 ? H / Hk : 1;
     const int grads = dout != NULL && (dq != NULL || dk != NULL || dv != NULL);
@@ -155,15 +156,17 @@ static void backward_impl(const ref_problem *p, const double *q, const double *k
                         double ds = rnd(P[j] * rnd(bound ? dp + delta : dp - delta));
                         if (p->softcap > 0.0)
                             ds = rnd(ds * rnd(1.0 - th[j] * th[j]));
+                        ds = opnd(ds); /* the products' operands (operand rounding) */
+                        const double pdj = opnd(Pd[j]);
                         for (int64_t d = 0; d < D; d++) {
                             if (bound) { /* Σ of the absolute values of the terms */
                                 dqa[d] += ds * fabs(kj[d]);
                                 hdk[j * D + d] += ds * fabs(qi[d]);
-                                hdv[j * D + d] += Pd[j] * fabs(doi[d]);
+                                hdv[j * D + d] += pdj * fabs(doi[d]);
                             } else {
                                 dqa[d] += ds * kj[d];
                                 hdk[j * D + d] += ds * qi[d];
-                                hdv[j * D + d] += Pd[j] * doi[d];
+                                hdv[j * D + d] += pdj * doi[d];
                             }
                         }
                     }
@@ -203,24 +206,33 @@ static void backward_impl(const ref_problem *p, const double *q, const double *k
 void ref_attention_backward(const ref_problem *p, const double *q, const double *k, const double *v,
                             const double *dout, double *out, double *lse, double *dq, double *dk,
                             double *dv) {
-    backward_impl(p, q, k, v, NULL, dout, out, lse, dq, dk, dv, identity, 0);
+    backward_impl(p, q, k, v, NULL, dout, out, lse, dq, dk, dv, identity, identity, 0);
 }
 
 void ref_attention_backward_rounded(const ref_problem *p, const double *q, const double *k,
                                     const double *v, const double *dout, double *out, double *lse,
                                     double *dq, double *dk, double *dv,
                                     double (*round_fn)(double)) {
-    backward_impl(p, q, k, v, NULL, dout, out, lse, dq, dk, dv, round_fn ? round_fn : identity, 0);
+    backward_impl(p, q, k, v, NULL, dout, out, lse, dq, dk, dv, round_fn ? round_fn : identity,
+                  identity, 0);
 }
 
 void ref_attention_backward_given_out(const ref_problem *p, const double *q, const double *k,
                                       const double *v, const double *out, const double *dout,
                                       double *dq, double *dk, double *dv) {
-    backward_impl(p, q, k, v, out, dout, NULL, NULL, dq, dk, dv, identity, 0);
+    backward_impl(p, q, k, v, out, dout, NULL, NULL, dq, dk, dv, identity, identity, 0);
+}
+
+void ref_attention_backward_given_out_operands(const ref_problem *p, const double *q,
+                                               const double *k, const double *v, const double *out,
+                                               const double *dout, double *dq, double *dk,
+                                               double *dv, double (*round_fn)(double)) {
+    backward_impl(p, q, k, v, out, dout, NULL, NULL, dq, dk, dv, identity,
+                  round_fn ? round_fn : identity, 0);
 }
 
 void ref_attention_backward_bound(const ref_problem *p, const double *q, const double *k,
                                   const double *v, const double *dout, double *dq, double *dk,
                                   double *dv) {
-    backward_impl(p, q, k, v, NULL, dout, NULL, NULL, dq, dk, dv, identity, 1);
+    backward_impl(p, q, k, v, NULL, dout, NULL, NULL, dq, dk, dv, identity, identity, 1);
 }

@@ -62,6 +62,15 @@ void ref_attention_backward_given_out(const ref_problem *p, const double *q, con
                                       const double *v, const double *out, const double *dout,
                                       double *dq, double *dk, double *dv);
 
+/* ref_attention_backward_given_out with dS and Pd rounded by round_fn where they enter the dQ,
+ * dK and dV sums, and nothing else: the exact gradient of the backward's actual inputs for a
+ * backward that multiplies dS and Pd in a low-precision dtype, as flash-attn's kernels and this
+ * library's bf16 dot-product kernels do. round_fn NULL = no rounding. */
+void ref_attention_backward_given_out_operands(const ref_problem *p, const double *q,
+                                               const double *k, const double *v, const double *out,
+                                               const double *dout, double *dq, double *dk,
+                                               double *dv, double (*round_fn)(double));
+
 /* The scale of each gradient element for floating-point error bounds: the same sums as
  * ref_attention_backward with every term replaced by its absolute value —
  *   |dP|_j = Σ_d |dO_d v_jd|·M_ij/(1 − p),  |Δ| = Σ_d |dO_d O_d|,
