@@ -153,7 +153,10 @@ static inline double bc_given_tol(int dtype, double got, double want, double R, 
  *   ref:   the exact fp64 gradient of q, k, v, dout (ref_attention_backward),
  *   given: the exact gradient of what fa_backward was handed, i.e. with Δ from the out the
  *          forward stored (ref_attention_backward_given_out),
- *   naive: the naive low-precision gradient (fp16/bf16 only), bnd: the per-element bound.
+ *   naive: the naive low-precision gradient (fp16/bf16 only),
+ *   operands: given's gradient with dS and Pd rounded as the products' operands (bf16 on bf16
+ *          dot products only, else NULL: ref_attention_backward_given_out_operands),
+ *   bnd: the per-element bound.
  * zero_row[r] set means row r must be exactly 0. Returns 1 on pass. */
 static inline int bc_check_grad(int which, int dtype, int64_t n, int64_t D, const double *got,
                                 const double *ref, const double *given, const double *naive,
