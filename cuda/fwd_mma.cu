@@ -8,8 +8,12 @@
  * [32w, 32w + 32) as two m16 tiles, so row reductions stay inside a warp (4-lane quads) and
  * every K/V fragment read from shared memory feeds two MMAs. Key tiles (kBlockN):
  *   D = 64:  128 keys, FA2's 128x128 (80 KB smem)
- *   D = 128: 32 keys (64 KB smem). FA2's 128x64 holds O (128) + S (64) fp32 a thread and ptxas
- *            spills there; 128x32 fits the 255 registers without spills.
+ *   D = 128: 32 keys (64 KB smem) by default: it fits the 255 registers without spills. Or 64
+ *            keys, FA2's 128x64 tile on A100 and H100 (96 KB smem: 2 CTAs an SM on sm_90, one
+ *            on A100), where O (128) + S (64) fp32 a thread make ptxas spill a few loop-invariant
+ *            words, but the per-block work (barrier, loads of Q, softmax, O's rescale) is
+ *            spread over twice the MMAs. Which is faster is the GPU's to say: FA_CUDA_TILE_D128
+ *            picks one (plugin.cu), and bench/gpu_bench.py times both.
  *
  * Per CTA: Q once, K and V double-buffered (stage = block parity); every tile XOR-swizzled so
  * ldmatrix and cp.async are free of bank conflicts:
@@ -31,6 +35,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { kWarps = 4, kThreads = 32 * kWarps, kBlockM = 128 };
 
@@ -433,8 +438,14 @@ int fa__mma_supported(const fa__problem *p, int sm) {
            (nqb == 0 || p->B * p->H <= INT32_MAX / nqb);
 }
 
-cudaError_t fa__mma_forward(const fa__problem *p, const int32_t *cu_q_dev, const int32_t *cu_k_dev,
-                            cudaStream_t stream) {
+int fa__mma_d128_block_n(const char *tile) {
+    if (!tile || !*tile || strcmp(tile, "128x32") == 0)
+        return 32;
+    return strcmp(tile, "128x64") == 0 ? 64 : 0;
+}
+
+cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
+                            const int32_t *cu_k_dev, cudaStream_t stream) {
     const int64_t nqb = (p->Sq + kBlockM - 1) / kBlockM, blocks = nqb * p->B * p->H;
     if (blocks == 0)
         return cudaSuccess;
@@ -466,8 +477,11 @@ cudaError_t fa__mma_forward(const fa__problem *p, const int32_t *cu_q_dev, const
     if (p->D == 64)
         return bf16 ? fa_mma_launch<64, 128, true>(prm, blocks, stream)
                     : fa_mma_launch<64, 128, false>(prm, blocks, stream);
-    if (p->D == 128)
+    if (p->D == 128 && d128_block_n == 32)
         return bf16 ? fa_mma_launch<128, 32, true>(prm, blocks, stream)
                     : fa_mma_launch<128, 32, false>(prm, blocks, stream);
+    if (p->D == 128 && d128_block_n == 64)
+        return bf16 ? fa_mma_launch<128, 64, true>(prm, blocks, stream)
+                    : fa_mma_launch<128, 64, false>(prm, blocks, stream);
     return cudaErrorInvalidValue;
 }

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The archs the build compiled for, e.g. "sm_80 sm_90 + PTX" (set by the build). */
 #ifndef FA_CUDA_ARCHS_STR
@@ -201,8 +202,8 @@ static int plugin_copy(void *dst, const void *src, size_t bytes, int kind, int d
 /* The forward on the current device (compute capability sm): clears the varlen rows outside
  * every sequence, uploads cu_q/cu_k (varlen) and runs the stage-2 kernel where it applies, else
  * stage 1. */
-static int run_forward(const fa__problem *p, int device, int sm, cudaStream_t stream, char *msg,
-                       size_t cap) {
+static int run_forward(const fa__problem *p, int device, int sm, int d128_block_n,
+                       cudaStream_t stream, char *msg, size_t cap) {
     cudaError_t e = fa__clear_outside(p, stream);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "clear_outside_kernel launch on device %d", device);
@@ -238,7 +239,7 @@ static int run_forward(const fa__problem *p, int device, int sm, cudaStream_t st
     }
     const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + ncu : NULL;
     const int mma = fa__mma_supported(p, sm);
-    e = mma ? fa__mma_forward(p, cu_q_dev, cu_k_dev, stream)
+    e = mma ? fa__mma_forward(p, d128_block_n, cu_q_dev, cu_k_dev, stream)
             : fa__simple_forward(p, cu_q_dev, cu_k_dev, stream);
     int st = FA_OK;
     if (e != cudaSuccess)
@@ -257,6 +258,14 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
                  "not supported on CUDA");
         return FA_ERR_UNSUPPORTED;
     }
+    /* Read at every call, so that one process (bench/gpu_bench.py) can time both tiles. */
+    const char *tile = getenv("FA_CUDA_TILE_D128");
+    const int d128_block_n = fa__mma_d128_block_n(tile);
+    if (d128_block_n == 0) {
+        snprintf(msg, cap,
+                 "FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 (the default) or 128x64", tile);
+        return FA_ERR_VALUE;
+    }
     fa_saved_device prev;
     int sm, st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
@@ -265,7 +274,7 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
     else
-        st = run_forward(p, device, sm, (cudaStream_t)stream, msg, cap);
+        st = run_forward(p, device, sm, d128_block_n, (cudaStream_t)stream, msg, cap);
     leave_device(device, &prev);
     return st;
 }

@@ -70,6 +70,14 @@ static fa_tensor tensor(const fa__view *v, int ndim, int64_t b, int64_t s, int64
 static int forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
     (void)stream;
     if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    /* As cuda/plugin.cu: FA_CUDA_TILE_D128 must name one of the real kernel's tiles (here it
+     * chooses nothing: the forward is the CPU's). */
+    const char *tile = getenv("FA_CUDA_TILE_D128");
+    if (tile && *tile && strcmp(tile, "128x32") != 0 && strcmp(tile, "128x64") != 0) {
+        snprintf(msg, cap,
+                 "fake plug-in: FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 or 128x64", tile);
+        return FA_ERR_VALUE;
+    }
     fa_params prm;
     fa_params_init(&prm);
     prm.softmax_scale = p->scale;

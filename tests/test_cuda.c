@@ -21,8 +21,10 @@
  *    good fraction of |v| / Sk, far beyond the tolerance, especially in fp32).
  * fa_dropout_mask on a device u8 tensor must equal the host mask byte for byte, gaps included.
  * Error paths check the status, that the message names the argument, and that no byte of any
- * device or host buffer changed.
+ * device or host buffer changed. The tiles group runs D = 128 cases under each value of
+ * FA_CUDA_TILE_D128 (the tensor-core kernel's two key blocks).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, strdup */
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -157,6 +159,7 @@ typedef struct ccfg {
     int layout; /* tu_layout of q, k, v, out and lse */
     int no_lse;
     float dropout_p;
+    const char *tile; /* FA_CUDA_TILE_D128 for the GPU call (NULL: the environment's) */
 } ccfg;
 
 static tu_errstats g_gpu[8], g_cpu[8]; /* vs fp64, per dtype */
@@ -212,6 +215,8 @@ static void describe(const ccfg *c, char *buf, size_t n) {
              : c->alibi == 1 ? "(H)"
                              : "(B,H)",
              tu_layout_name(c->layout), c->no_lse ? "none" : "yes", (double)c->dropout_p);
+    if (c->tile)
+        snprintf(buf + strlen(buf), n - strlen(buf), " FA_CUDA_TILE_D128=%s", c->tile);
 }
 
 /* Max |x - ref| over elements where both are finite (non-finite ones are tu_check_attention's
@@ -456,10 +461,23 @@ static int run_case(const ccfg *c) {
         gcq.device = gck.device = FA_DEVICE_CUDA;
         gcq.device_index = gck.device_index = g_dev;
     }
+    char *env_tile = NULL; /* the environment's FA_CUDA_TILE_D128, put back after the call */
+    if (c->tile) {
+        const char *cur = getenv("FA_CUDA_TILE_D128");
+        env_tile = cur ? strdup(cur) : NULL;
+        setenv("FA_CUDA_TILE_D128", c->tile, 1);
+    }
     fa_status st_g =
         vl ? fa_varlen_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gcq, &gck, maxq, maxk, &gout.t,
                                c->no_lse ? NULL : &glse.t)
            : fa_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gout.t, c->no_lse ? NULL : &glse.t);
+    if (c->tile) {
+        if (env_tile)
+            setenv("FA_CUDA_TILE_D128", env_tile, 1);
+        else
+            unsetenv("FA_CUDA_TILE_D128");
+        free(env_tile);
+    }
     CHECK_MSG(st_g == FA_OK, "GPU forward returned %s (%d): %s", fa_status_name(st_g), (int)st_g,
               fa_last_error_message());
     if (st_g == FA_OK)
@@ -912,6 +930,58 @@ static void group_large(void) {
 }
 
 /* Nothing to compute: Sq = 0 and B = 0 succeed: 2 x 3 dtypes = 6 cases. */
+/* D = 128, fp16 and bf16, under each FA_CUDA_TILE_D128: the tensor-core kernel with key blocks
+ * of 32 and of 64, over the band shapes that stress its key loop (edges, GQA, varlen, windows,
+ * softcap with ALiBi, Sq < Sk), lengths off the 64-key grid. */
+static void group_tiles(void) {
+    static const char *tiles[2] = {"128x32", "128x64"};
+    static const int dt[2] = {FA_DTYPE_F16, FA_DTYPE_BF16};
+    long n = 0, failed = 0;
+    for (int ti = 0; ti < 2; ti++)
+        for (int variant = 0; variant < 7; variant++)
+            for (int di = 0; di < 2; di++) {
+                ccfg c = fixed_cfg(2, 300, 300, 4, 4, 128);
+                switch (variant) {
+                case 0:
+                    break;
+                case 1:
+                    c.causal = 1;
+                    break;
+                case 2:
+                    c.Hk = 1; /* GQA 4:1 */
+                    c.causal = 1;
+                    c.Sq = 97; /* bottom-right causal, Sq < Sk */
+                    break;
+                case 3: { /* varlen, ragged, cu_seqlens on the device */
+                    const int32_t lq[3] = {300, 255, 1}, lk[3] = {300, 129, 70};
+                    c = varlen_cfg(3, lq, lk, 4, 2, 128);
+                    c.causal = 1;
+                    c.cu_dev = 1;
+                    break;
+                }
+                case 4:
+                    c.wl = 40;
+                    c.wr = 17;
+                    break;
+                case 5:
+                    c.softcap = 5.0f;
+                    c.alibi = 2;
+                    c.causal = 1;
+                    break;
+                case 6:
+                    c.Sq = 1; /* decode */
+                    c.Sk = 1000;
+                    c.Hk = 2;
+                    break;
+                }
+                c.dtype = dt[di];
+                c.tile = tiles[ti];
+                failed += !run_case(&c);
+                n++;
+            }
+    group_line("tiles (FA_CUDA_TILE_D128 128x32, 128x64)", n, failed);
+}
+
 static void group_empty(void) {
     long n = 0, failed = 0;
     failed += run_all_dtypes(fixed_cfg(2, 0, 7, 2, 1, 64));
@@ -1400,6 +1470,20 @@ static void group_errors(void) {
         GERR(K, "out overlaps q on the device", FA_ERR_OVERLAP, "out",
              e.t[GB_OUT].data = e.dev[GB_Q]);
         GERR(K, "window_left = -2", FA_ERR_VALUE, "window_left", e.params.window_left = -2);
+        /* a malformed FA_CUDA_TILE_D128 fails every CUDA forward, whatever its D */
+        static const char *bad_tiles[] = {"128x48", "64", "128x64 ", "128X64"};
+        for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
+            const char *cur = getenv("FA_CUDA_TILE_D128");
+            char *saved = cur ? strdup(cur) : NULL, desc[64];
+            snprintf(desc, sizeof desc, "FA_CUDA_TILE_D128=\"%s\"", bad_tiles[i]);
+            setenv("FA_CUDA_TILE_D128", bad_tiles[i], 1);
+            GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_TILE_D128", (void)0);
+            if (saved)
+                setenv("FA_CUDA_TILE_D128", saved, 1);
+            else
+                unsetenv("FA_CUDA_TILE_D128");
+            free(saved);
+        }
         GERR(K, "softcap NaN", FA_ERR_VALUE, "softcap", e.params.softcap = NAN);
         GERR(K, "dropout_p = 1", FA_ERR_VALUE, "dropout_p", e.params.dropout_p = 1.0f);
         GERR(K, "ALiBi (H + 1) on the device", FA_ERR_SHAPE, "alibi_slopes", use_alibi(&e, 1);
@@ -1481,6 +1565,7 @@ int main(void) {
     group_varlen();
     group_dropout();
     group_large();
+    group_tiles();
 
     CHECK_MSG(g_live_allocs == 0, "%ld device allocations were not freed", g_live_allocs);
     printf("forward cases: %ld\n", g_cases_total);

@@ -9,7 +9,8 @@
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
 // is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
-// quick, and sweep SEED N (N random configurations).
+// quick, and sweep SEED N (N random configurations). Configurations with D = 128 run twice,
+// with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles).
 #include "emu.h"
 #include "fwd_mma_emu.cu"
 
@@ -24,6 +25,7 @@ struct Cfg {
     float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
+    int bn = 32;             // D = 128: the key block (32 or 64; main runs both)
 };
 
 static std::mt19937 rng(1234);
@@ -112,7 +114,7 @@ static int run(const Cfg &c, double *max_err_out) {
         return 1;
     }
     const long err0 = emu::g_errors;
-    fa__mma_forward(&p, p.cu_q, p.cu_k, nullptr);
+    fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
 
     // reference
     double max_err = 0, max_lse_err = 0;
@@ -257,9 +259,10 @@ static std::string describe(const Cfg &c) {
     }
     snprintf(buf, sizeof buf,
              "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g lse=%d "
-             "pad=%d mag=%g scale=%g%s",
+             "pad=%d mag=%g scale=%g%s%s",
              c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
-             c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str());
+             c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str(),
+             c.D == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
     return buf;
 }
 
@@ -419,6 +422,14 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    /* Every D = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
+    const size_t n_listed = cfgs.size();
+    for (size_t i = 0; i < n_listed; ++i)
+        if (cfgs[i].D == 128) {
+            Cfg c = cfgs[i];
+            c.bn = 64;
+            cfgs.push_back(c);
+        }
     int fails = 0;
     for (auto &c : cfgs) {
         printf("%s\n", describe(c).c_str());
