@@ -10,7 +10,11 @@ random inputs on the GPU and runs
   torch-flash  torch.nn.functional.scaled_dot_product_attention under
                sdpa_kernel(SDPBackend.FLASH_ATTENTION) on (B, H, S, D) views (q.transpose(1, 2),
                no copies), is_causal=...;
-  cudnn        the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION).
+  cudnn        the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION);
+  fa-128x64    at D = 128 only: flashattn again with FA_CUDA_TILE_D128=128x64, the tensor-core
+               kernel's other tile (64 keys a step instead of the default 32), so that the GPU
+               says which tile to make the default. It is checked like flashattn, and its own
+               table follows the main one.
 
 It first checks agreement: max |out - ref| / max |ref| against torch-flash's output (cuDNN's where
 torch-flash is unavailable), which must be <= --tol (2e-2 for bf16); a disagreement is printed
@@ -33,6 +37,7 @@ not run, 2 when there is no CUDA GPU for torch (or no torch).
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -54,6 +59,10 @@ DIMS = [64, 128]
 QUICK_SEQLENS = [1024, 8192]
 QUICK_DIMS = [128]
 BACKENDS = ["flashattn", "torch-flash", "cudnn"]
+TILE_ENV = "FA_CUDA_TILE_D128"  # read by the plug-in at every call
+ALT_TILE = "128x64"
+ALT = "fa-" + ALT_TILE          # the backend name of flashattn with ALT_TILE, D = 128 only
+OURS = ("flashattn", ALT)
 
 
 def parse_args(argv=None):
@@ -256,6 +265,20 @@ def sdpa_backends(torch):
     return out
 
 
+@contextlib.contextmanager
+def tile_env(tile):
+    """FA_CUDA_TILE_D128 = tile inside, as it was after."""
+    old = os.environ.get(TILE_ENV)
+    os.environ[TILE_ENV] = tile
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[TILE_ENV]
+        else:
+            os.environ[TILE_ENV] = old
+
+
 def run_checked(torch, fn, ctx=None):
     """Runs fn once (inside ctx), synchronizes, and returns (output, None) or (None, reason);
     warnings that torch gives on the way (why a backend refused) go into the reason."""
@@ -297,7 +320,7 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
     B, H = TOKENS // S, HIDDEN // D
     flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
     rec = {"S": S, "B": B, "H": H, "D": D, "causal": causal, "dtype": "bf16", "flops": flops,
-           "backends": {}, "check": {}}
+           "tol": args.tol, "backends": {}, "check": {}}
     g = torch.Generator(device="cuda").manual_seed(args.seed + S * 1000 + D * 10 + causal)
     q, k, v = (torch.randn((B, S, H, D), device="cuda", dtype=torch.bfloat16, generator=g)
                for _ in range(3))
@@ -306,6 +329,9 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
     fns = {}
     if fa_ok:
         fns["flashattn"] = ((lambda: fa.flash_attn_func(q, k, v, causal=causal)), None)
+        if D == 128:
+            fns[ALT] = ((lambda: fa.flash_attn_func(q, k, v, causal=causal)),
+                        (lambda: tile_env(ALT_TILE)))
     else:
         rec["backends"]["flashattn"] = {"error": fa_why}
     for name in ("torch-flash", "cudnn"):
@@ -323,7 +349,7 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
         if why is not None:
             rec["backends"][name] = {"error": why}
         else:
-            outs[name] = out if name == "flashattn" else out.transpose(1, 2)
+            outs[name] = out if name in OURS else out.transpose(1, 2)
     ref_name = next((n for n in ("torch-flash", "cudnn") if n in outs), None)
     rec["check"]["reference"] = ref_name
     if ref_name is not None:
@@ -331,13 +357,12 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
             if name != ref_name:
                 e = rel_err(torch, out, outs[ref_name])
                 rec["check"][name] = e
-                if name == "flashattn" and not (e <= args.tol):
+                if name in OURS and not (e <= args.tol):
                     rec["check"]["mismatch"] = True
+                    print(f"\n!!! MISMATCH: S={S} D={D} causal={int(causal)}: {name} vs "
+                          f"{ref_name}: max|diff|/max|ref| = {e:.3e} > {args.tol:g} !!!\n",
+                          file=sys.stderr, flush=True)
     outs.clear()
-    if rec["check"].get("mismatch"):
-        e = rec["check"]["flashattn"]
-        print(f"\n!!! MISMATCH: S={S} D={D} causal={int(causal)}: flashattn vs {ref_name}: "
-              f"max|diff|/max|ref| = {e:.3e} > {args.tol:g} !!!\n", file=sys.stderr, flush=True)
 
     # 2. timing
     if not args.check_only:
@@ -359,6 +384,11 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
         for name in ("torch-flash", "cudnn"):
             ms = rec["backends"].get(name, {}).get("ms")
             rec["ratio_vs_" + name.replace("-", "_")] = (ms / fa_ms) if (ms and fa_ms) else None
+        if ALT in fns:
+            alt_ms = rec["backends"].get(ALT, {}).get("ms")
+            flash_ms = rec["backends"].get("torch-flash", {}).get("ms")
+            rec["alt_ratio_vs_torch_flash"] = flash_ms / alt_ms if (flash_ms and alt_ms) else None
+            rec["alt_speedup"] = fa_ms / alt_ms if (fa_ms and alt_ms) else None
     del q, k, v, qt, kt, vt
     return rec
 
@@ -381,12 +411,33 @@ def _ratio(x):
     return "n/a" if x is None else f"{x:.2f}x"
 
 
-def _check(rec):
+def _check(rec, name="flashattn"):
     c = rec["check"]
-    if "flashattn" not in c:
+    if name not in c:
         return "n/a"
-    e = c["flashattn"]
-    return ("FAIL " if c.get("mismatch") else "ok ") + f"{e:.1e}"
+    e = c[name]
+    return ("ok " if e <= rec.get("tol", float("inf")) else "FAIL ") + f"{e:.1e}"
+
+
+def tile_rows(results):
+    """The D = 128 records that timed or checked ALT."""
+    return [r for r in results if ALT in r["backends"] or ALT in r["check"]]
+
+
+def tile_table(results):
+    rows = tile_rows(results)
+    if not rows:
+        return ""
+    head = (f"{'S':>6} {'c':>1} | {'128x32 TF/s':>11} | {ALT_TILE + ' TF/s':>11} | "
+            f"{ALT_TILE + ' vs flash':>15} | {ALT_TILE + ' / 128x32':>15} | {'check':>10}")
+    lines = [f"D = 128 tiles: flashattn as built (128x32 unless {TILE_ENV} says otherwise) and "
+             f"with {TILE_ENV}={ALT_TILE}; ratios are speed ratios (> 1: {ALT_TILE} faster)",
+             head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['S']:>6} {int(r['causal']):>1} | {_tf(r, 'flashattn'):>11} | "
+                     f"{_tf(r, ALT):>11} | {_ratio(r.get('alt_ratio_vs_torch_flash')):>15} | "
+                     f"{_ratio(r.get('alt_speedup')):>15} | {_check(r, ALT):>10}")
+    return "\n".join(lines)
 
 
 def table(results, check_only):
@@ -460,6 +511,17 @@ def markdown(doc):
                 f"{_tf(r, 'torch-flash')} | {_ms(r, 'cudnn')} | {_tf(r, 'cudnn')} | "
                 f"{_ratio(r.get('ratio_vs_torch_flash'))} | {_ratio(r.get('ratio_vs_cudnn'))} | "
                 f"{_check(r)} |")
+    alt = tile_rows(rows)
+    if alt:
+        lines += ["", f"D = 128 tiles: flashattn as built (128x32 unless {TILE_ENV} says "
+                  f"otherwise) and with {TILE_ENV}={ALT_TILE}; ratios are speed ratios (> 1: "
+                  f"{ALT_TILE} faster).", "",
+                  f"| S | causal | 128x32 TFLOP/s | {ALT_TILE} TFLOP/s | {ALT_TILE} vs flash | "
+                  f"{ALT_TILE} / 128x32 | check |", "|---:|:---:|---:|---:|---:|---:|---|"]
+        for r in alt:
+            lines.append(f"| {r['S']} | {int(r['causal'])} | {_tf(r, 'flashattn')} | "
+                         f"{_tf(r, ALT)} | {_ratio(r.get('alt_ratio_vs_torch_flash'))} | "
+                         f"{_ratio(r.get('alt_speedup'))} | {_check(r, ALT)} |")
     notes = reasons(rows)
     if doc["skipped"]:
         notes.append("not run (time budget): " + ", ".join(doc["skipped"]))
@@ -467,6 +529,32 @@ def markdown(doc):
         lines += [""] + [f"- {n}" for n in notes]
     lines += ["", f"Verdict: {doc['verdict']}", ""]
     return "\n".join(lines)
+
+
+def verdict_of(results, skipped):
+    """(verdict line, exit status): 1 when flashattn (at D = 128 also with the other tile)
+    disagreed with the reference, failed or could not run anywhere, or nothing ran."""
+    mismatches = [r for r in results if r["check"].get("mismatch")]
+    fa_errors = [(r, n) for r in results for n in OURS if "error" in r["backends"].get(n, {})]
+    unchecked = [r for r in results if "flashattn" not in r["check"] and
+                 "error" not in r["backends"].get("flashattn", {})]
+    if not results:
+        verdict, rc = "FAIL: no configuration was run", 1
+    elif mismatches:
+        verdict, rc = f"FAIL: flashattn (or {ALT}) disagrees with the reference on " \
+                      f"{len(mismatches)} configuration(s)", 1
+    elif fa_errors:
+        r, n = fa_errors[0]
+        verdict, rc = f"FAIL: flashattn failed or could not run on {len(fa_errors)} " \
+                      f"configuration(s); first, {n} at S={r['S']} D={r['D']} " \
+                      f"causal={int(r['causal'])}: {r['backends'][n]['error']}", 1
+    else:
+        verdict, rc = "ok: flashattn agrees with the reference on every configuration run", 0
+        if unchecked:
+            verdict += f" ({len(unchecked)} without a torch reference to check against)"
+    if skipped:
+        verdict += f"; {len(skipped)} configuration(s) not run (time budget)"
+    return verdict, rc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,7 +589,8 @@ def main(argv=None):
             except Exception as e:  # e.g. out of memory making the inputs
                 B, H = TOKENS // S, HIDDEN // D
                 rec = {"S": S, "B": B, "H": H, "D": D, "causal": c, "dtype": "bf16",
-                       "flops": 4.0 * B * H * S * S * D * (0.5 if c else 1.0), "check": {},
+                       "flops": 4.0 * B * H * S * S * D * (0.5 if c else 1.0), "tol": args.tol,
+                       "check": {},
                        "backends": {n: {"error": short(e)} for n in BACKENDS}}
             rec["seconds"] = round(time.perf_counter() - t_start - elapsed, 2)
             results.append(rec)
@@ -509,27 +598,12 @@ def main(argv=None):
             print(f"[{i + 1}/{len(configs)}] S={S} D={D} causal={int(c)}: " + ", ".join(
                 f"{n} {b[n]['ms']:.3f} ms" if "ms" in b.get(n, {}) else
                 (f"{n} n/a" if "error" in b.get(n, {}) else f"{n} checked")
-                for n in BACKENDS) + f"; check {_check(rec)} ({rec['seconds']:.1f} s)",
+                for n in BACKENDS + [ALT] if n in b) + f"; check {_check(rec)}" +
+                (f", {ALT} {_check(rec, ALT)}" if ALT in rec["check"] else "") +
+                f" ({rec['seconds']:.1f} s)",
                 file=sys.stderr, flush=True)
 
-    mismatches = [r for r in results if r["check"].get("mismatch")]
-    fa_errors = [r for r in results if "error" in r["backends"].get("flashattn", {})]
-    unchecked = [r for r in results if "flashattn" not in r["check"] and
-                 "error" not in r["backends"].get("flashattn", {})]
-    if not results:
-        verdict, rc = "FAIL: no configuration was run", 1
-    elif mismatches:
-        verdict, rc = f"FAIL: flashattn disagrees with the reference on {len(mismatches)} " \
-                      f"configuration(s)", 1
-    elif fa_errors:
-        verdict, rc = f"FAIL: flashattn failed or could not run on {len(fa_errors)} " \
-                      f"configuration(s): {fa_errors[0]['backends']['flashattn']['error']}", 1
-    else:
-        verdict, rc = "ok: flashattn agrees with the reference on every configuration run", 0
-        if unchecked:
-            verdict += f" ({len(unchecked)} without a torch reference to check against)"
-    if skipped:
-        verdict += f"; {len(skipped)} configuration(s) not run (time budget)"
+    verdict, rc = verdict_of(results, skipped)
 
     doc = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
            "command": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
@@ -548,6 +622,10 @@ def main(argv=None):
     print(f"GPU forward, bf16, B*S={TOKENS}, H*D={HIDDEN}: {info['gpu']}; timer {timer_name}; "
           f"ratios = backend time / flashattn time (>1: flashattn faster)")
     print(table(results, args.check_only))
+    tiles = tile_table(results)
+    if tiles:
+        print()
+        print(tiles)
     for line in reasons(results):
         print(line)
     if skipped:
