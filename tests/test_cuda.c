@@ -874,6 +874,52 @@ static void group_dropout(void) {
 /* FA_TEST_LARGE_S=300 (ctest sets it for the fake plug-in, whose forward is the CPU's that
  * test_forward covers at every size) leaves out the S = 1000 cases: their fp64 references were
  * 90% of the run, and S = 300 takes the same path through the core. */
+/* Case `variant` of B = 2, H = 4 at length S and head dim D, the band shapes that stress a key
+ * loop: 0 plain, 1 causal, 2 GQA 4:1 causal, 3 ragged varlen (causal, cu_seqlens on the device),
+ * 4 bottom-right causal with Sq < Sk, 5 decode (Sq = 1), 6 a sliding window, 7 softcap with ALiBi
+ * (causal). */
+enum { BAND_VARIANTS = 8 };
+static ccfg band_cfg(int variant, int64_t S, int64_t D) {
+    ccfg c = fixed_cfg(2, S, S, 4, 4, D);
+    switch (variant) {
+    case 0:
+        break;
+    case 1:
+        c.causal = 1;
+        break;
+    case 2:
+        c.Hk = 1; /* GQA 4:1 */
+        c.causal = 1;
+        break;
+    case 3: { /* varlen, ragged, cu_seqlens on the device */
+        const int32_t l2[2] = {(int32_t)S, (int32_t)S - 45};
+        c = varlen_cfg(2, l2, l2, 4, 2, D);
+        c.causal = 1;
+        c.cu_dev = 1;
+        break;
+    }
+    case 4:
+        c.Sq = S / 3 + 1; /* Sq < Sk, bottom-right causal */
+        c.causal = 1;
+        c.Hk = 2;
+        break;
+    case 5:
+        c.Sq = 1; /* decode */
+        c.Hk = 1;
+        break;
+    case 6:
+        c.wl = 40;
+        c.wr = 17;
+        break;
+    case 7:
+        c.softcap = 5.0f;
+        c.alibi = 2;
+        c.causal = 1;
+        break;
+    }
+    return c;
+}
+
 static void group_large(void) {
     long n = 0, failed = 0;
     static const int dt[2] = {FA_DTYPE_F16, FA_DTYPE_BF16};
@@ -884,35 +930,7 @@ static void group_large(void) {
         for (int di = 0; di < 2; di++)
             for (int variant = 0; variant < 6; variant++)
                 for (int ti = 0; ti < 2; ti++) {
-                    const int64_t S = S_[si], D = D_[di];
-                    ccfg c = fixed_cfg(2, S, S, 4, 4, D);
-                    switch (variant) {
-                    case 0:
-                        break;
-                    case 1:
-                        c.causal = 1;
-                        break;
-                    case 2:
-                        c.Hk = 1; /* GQA 4:1 */
-                        c.causal = 1;
-                        break;
-                    case 3: { /* varlen, ragged, cu_seqlens on the device */
-                        const int32_t l2[2] = {(int32_t)S, (int32_t)S - 45};
-                        c = varlen_cfg(2, l2, l2, 4, 2, D);
-                        c.causal = 1;
-                        c.cu_dev = 1;
-                        break;
-                    }
-                    case 4:
-                        c.Sq = S / 3 + 1; /* Sq < Sk, bottom-right causal */
-                        c.causal = 1;
-                        c.Hk = 2;
-                        break;
-                    case 5:
-                        c.Sq = 1; /* decode */
-                        c.Hk = 1;
-                        break;
-                    }
+                    ccfg c = band_cfg(variant, S_[si], D_[di]);
                     c.dtype = dt[ti];
                     failed += !run_case(&c);
                     n++;
@@ -929,51 +947,16 @@ static void group_large(void) {
                n, failed);
 }
 
-/* Nothing to compute: Sq = 0 and B = 0 succeed: 2 x 3 dtypes = 6 cases. */
 /* D = 128, fp16 and bf16, under each FA_CUDA_TILE_D128: the tensor-core kernel with key blocks
- * of 32 and of 64, over the band shapes that stress its key loop (edges, GQA, varlen, windows,
- * softcap with ALiBi, Sq < Sk), lengths off the 64-key grid. */
+ * of 32 and of 64 over every band_cfg shape at S = 300 (off the 64-key grid). */
 static void group_tiles(void) {
     static const char *tiles[2] = {"128x32", "128x64"};
     static const int dt[2] = {FA_DTYPE_F16, FA_DTYPE_BF16};
     long n = 0, failed = 0;
     for (int ti = 0; ti < 2; ti++)
-        for (int variant = 0; variant < 7; variant++)
+        for (int variant = 0; variant < BAND_VARIANTS; variant++)
             for (int di = 0; di < 2; di++) {
-                ccfg c = fixed_cfg(2, 300, 300, 4, 4, 128);
-                switch (variant) {
-                case 0:
-                    break;
-                case 1:
-                    c.causal = 1;
-                    break;
-                case 2:
-                    c.Hk = 1; /* GQA 4:1 */
-                    c.causal = 1;
-                    c.Sq = 97; /* bottom-right causal, Sq < Sk */
-                    break;
-                case 3: { /* varlen, ragged, cu_seqlens on the device */
-                    const int32_t lq[3] = {300, 255, 1}, lk[3] = {300, 129, 70};
-                    c = varlen_cfg(3, lq, lk, 4, 2, 128);
-                    c.causal = 1;
-                    c.cu_dev = 1;
-                    break;
-                }
-                case 4:
-                    c.wl = 40;
-                    c.wr = 17;
-                    break;
-                case 5:
-                    c.softcap = 5.0f;
-                    c.alibi = 2;
-                    c.causal = 1;
-                    break;
-                case 6:
-                    c.Sq = 1; /* decode */
-                    c.Sk = 1000;
-                    c.Hk = 2;
-                    break;
-                }
+                ccfg c = band_cfg(variant, 300, 128);
                 c.dtype = dt[di];
                 c.tile = tiles[ti];
                 failed += !run_case(&c);
