@@ -241,9 +241,9 @@ FA_API void fa_params_init(fa_params *params);
  * scale/softcap) within fp32 range.
  *
  * Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE, FA_ERR_STRIDE,
- * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p), FA_ERR_DEVICE,
- * FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256), FA_ERR_NO_MEMORY. On error nothing has been
- * written. */
+ * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p; on CUDA tensors also a
+ * malformed FA_CUDA_TILE_D128), FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256),
+ * FA_ERR_NO_MEMORY. On error nothing has been written. */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                             const fa_tensor *lse);
