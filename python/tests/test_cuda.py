@@ -7,8 +7,9 @@ fake implementations put outputs on the input's (fake) CUDA device.
 Only where torch sees a GPU and the library's CUDA plug-in reports a device (skipped otherwise,
 with the reason): flash_attn_func, the varlen and packed variants on the GPU against the CPU
 backend on the same inputs (fp16, bf16, fp32; causal, window, softcap, ALiBi, GQA, dropout with
-the same seed), outputs on the input's device and on torch's current stream, mixed-device
-errors, and a clear error for what runs only on the CPU (backward, KV cache).
+the same seed), both FA_CUDA_TILE_D128 tiles at head dim 128, outputs on the input's device and
+on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, and a clear error
+for what runs only on the CPU (backward, KV cache).
 """
 
 import ctypes
@@ -281,6 +282,35 @@ def test_forward_matches_cpu(case, dtype):
     if kw.get("dropout_p", 0) > 0:
         assert Sg.shape == (B, H, Sq, Sk)
         assert torch.equal(torch.signbit(Sg.cpu()), torch.signbit(Sc))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("tile", ["128x32", "128x64"])
+def test_d128_tiles_match_cpu(tile, dtype, monkeypatch):
+    """FA_CUDA_TILE_D128 picks the tensor-core kernel's key block at head dim 128; both tiles
+    agree with the CPU (long causal with GQA, a window, softcap with ALiBi)."""
+    monkeypatch.setenv("FA_CUDA_TILE_D128", tile)
+    g = torch.Generator().manual_seed(zlib.crc32(f"{tile}/{dtype}".encode()))
+    for B, Sq, Sk, H, Hk, kw in ((1, 1031, 1031, 4, 2, dict(causal=True)),
+                                  (2, 200, 333, 4, 4, dict(window_size=(40, 17))),
+                                  (2, 150, 150, 4, 1, dict(causal=True, softcap=5.0))):
+        q, k, v = (_randn(s, dtype, g) for s in ((B, Sq, H, 128), (B, Sk, Hk, 128),
+                                                  (B, Sk, Hk, 128)))
+        (qg, kg, vg), (qc, kc, vc) = _both(q, k, v)
+        og, lg, _ = flashattn.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kw)
+        oc, lc, _ = flashattn.flash_attn_func(qc, kc, vc, return_attn_probs=True, **kw)
+        torch.cuda.synchronize()
+        _assert_close(og, oc, dtype, f"{tile} {kw} out")
+        _assert_lse(lg, lc)
+
+
+@needs_gpu
+def test_malformed_tile_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("FA_CUDA_TILE_D128", "128x48")
+    q = torch.randn(1, 8, 2, 128, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(flashattn.FlashAttnValueError, match=r"FA_CUDA_TILE_D128 is \"128x48\""):
+        flashattn.flash_attn_func(q, q, q)
 
 
 @needs_gpu
