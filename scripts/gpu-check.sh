@@ -13,7 +13,8 @@
 #                  -DFA_CUDA_ARCHS=<detected>
 #   build-plugin   cmake --build build-gpu --target flashattn_cuda (the plug-in alone, timed)
 #   build          cmake --build build-gpu (everything else)
-#   ctest-cuda     ctest --test-dir build-gpu -R cuda --output-on-failure
+#   ctest-cuda     ctest --test-dir build-gpu -R cuda -E emu -j JOBS --output-on-failure (the
+#                  GPU tests; the warp emulator's CPU runs of the kernels are left to CI)
 #   verify         build-gpu/flashattn verify (CUDA cases included when a GPU is present)
 #   pytest-cuda    python3 -m pytest -q python/tests/test_cuda.py (FLASHATTN_REQUIRE_GPU=1: the
 #                  GPU tests must run, not skip)
@@ -179,8 +180,10 @@ fi
 # shellcheck disable=SC2317  # run by run_step through bash -c (export -f)
 ctest_cuda() {
     local rc=0
-    ctest --test-dir "$BUILD" -R cuda --output-on-failure --no-tests=error --timeout 240 \
-        | tee "$TMP/ctest.out" || rc=$?
+    # The emulated ones (test_cuda_emu*) run the kernels on the CPU: CI's business, not worth
+    # this machine's minutes. The rest run side by side.
+    ctest --test-dir "$BUILD" -R cuda -E emu -j "$JOBS" --output-on-failure --no-tests=error \
+        --timeout 240 | tee "$TMP/ctest.out" || rc=$?
     if grep -Eq '\((Skipped|Not Run)\)|Not Run' "$TMP/ctest.out"; then
         echo "*** gpu-check: a CUDA test was skipped or not run: no GPU or no plug-in ***"
         return 1
