@@ -2,11 +2,13 @@
 /*
  * info.c — `flashattn info`: what library this is and what it will run on. Prints the loaded
  * library's version (and whether it matches the header the tool was built with), its build
- * description, the thread count of the default context and the CUDA plug-in status.
+ * description, the thread count of the default context, the CUDA plug-in status and the FA_*
+ * variables that are set (they change what runs, so a bug report should show them).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -16,9 +18,14 @@ static void info_usage(FILE *f) {
     fprintf(f, "usage: flashattn info\n"
                "\n"
                "Prints the library version, its build description, the number of threads of the\n"
-               "default context (FA_NUM_THREADS or the CPUs this process may use) and whether\n"
-               "the CUDA plug-in is available.\n");
+               "default context (FA_NUM_THREADS or the CPUs this process may use), whether\n"
+               "the CUDA plug-in is available, and which of the library's environment\n"
+               "variables are set.\n");
 }
+
+/* The environment variables the library reads (README, "Environment variables"). */
+static const char *const k_env_vars[] = {"FA_NUM_THREADS", "FA_CPU_ISA", "FA_SPIN_US",
+                                         "FA_CUDA_PLUGIN", "FA_CUDA_TILE_D128"};
 
 int cmd_info(int argc, char **argv) {
     int i;
@@ -50,5 +57,17 @@ int cmd_info(int argc, char **argv) {
     else
         printf("              cuda: available, %d device%s (forward; see the build line)\n",
                (int)ncuda, ncuda == 1 ? "" : "s");
+    const size_t nvars = sizeof k_env_vars / sizeof k_env_vars[0];
+    int nset = 0;
+    for (size_t v = 0; v < nvars; v++) {
+        const char *val = getenv(k_env_vars[v]);
+        if (val)
+            printf("%s%s=%s\n", nset++ ? "              " : "environment:  ", k_env_vars[v], val);
+    }
+    if (!nset) {
+        printf("environment:  none of");
+        for (size_t v = 0; v < nvars; v++)
+            printf(" %s%s", k_env_vars[v], v + 1 < nvars ? "," : " is set\n");
+    }
     return 0;
 }
