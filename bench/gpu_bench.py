@@ -25,7 +25,7 @@ convention, 4·B·H·S²·D, halved when causal; the ratios are speed ratios, ba
 time, so > 1 means flashattn is faster. A backend that is unavailable or fails is "n/a" with the
 reason; the run goes on.
 
-    python3 bench/gpu_bench.py                       # the whole grid (about a minute on an H200)
+    python3 bench/gpu_bench.py                       # the whole grid (not yet timed on a GPU)
     python3 bench/gpu_bench.py --quick               # 4 configurations
     python3 bench/gpu_bench.py --check-only          # agreement only, no timing
     python3 bench/gpu_bench.py --time-budget 240 --json out.json --md out.md
