@@ -598,7 +598,8 @@ def main(argv=None):
             print(f"[{i + 1}/{len(configs)}] S={S} D={D} causal={int(c)}: " + ", ".join(
                 f"{n} {b[n]['ms']:.3f} ms" if "ms" in b.get(n, {}) else
                 (f"{n} n/a" if "error" in b.get(n, {}) else f"{n} checked")
-                for n in BACKENDS + [ALT] if n in b) + f"; check {_check(rec)}" +
+                for n in BACKENDS + ([ALT] if D == 128 and fa_ok else [])) +
+                f"; check {_check(rec)}" +
                 (f", {ALT} {_check(rec, ALT)}" if ALT in rec["check"] else "") +
                 f" ({rec['seconds']:.1f} s)",
                 file=sys.stderr, flush=True)
