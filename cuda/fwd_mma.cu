@@ -1,19 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fwd_mma.cu — the stage-2 forward kernel: FA2-class attention on tensor cores for sm_80 and
- * later, fp16/bf16, D = 64 or 128, with causal/sliding windows, GQA, varlen, lse, softcap and
- * ALiBi. Everything else (and the varlen rows outside every sequence) is stage 1's.
+ * later, fp16/bf16, D = 64, 128 or 256, with causal/sliding windows, GQA, varlen, lse, softcap
+ * and ALiBi. Everything else (and the varlen rows outside every sequence) is stage 1's.
  *
- * One CTA of 4 warps per (query block of kBlockM = 128 rows, batch, head); warp w owns rows
- * [32w, 32w + 32) as two m16 tiles, so row reductions stay inside a warp (4-lane quads) and
- * every K/V fragment read from shared memory feeds two MMAs. Key tiles (kBlockN):
- *   D = 64:  128 keys, FA2's 128x128 (80 KB smem)
+ * One CTA of 4 warps per (query block of kBlockM rows, batch, head). With kBlockM = 128 (D = 64
+ * and 128), warp w owns rows [32w, 32w + 32) as two m16 tiles, so every K/V fragment read from
+ * shared memory feeds two MMAs; with kBlockM = 64 (D = 256, where O alone is 128 fp32 a thread)
+ * it owns one m16 tile. Row reductions stay inside a warp (4-lane quads). Tiles
+ * (kBlockM x kBlockN):
+ *   D = 64:  128x128, FA2's (80 KB smem)
  *   D = 128: 32 keys (64 KB smem) by default: it fits the 255 registers without spills. Or 64
  *            keys, FA2's 128x64 tile on A100 and H100 (96 KB smem: 2 CTAs an SM on sm_90, one
  *            on A100), where O (128) + S (64) fp32 a thread make ptxas spill a few loop-invariant
  *            words, but the per-block work (barrier, loads of Q, softmax, O's rescale) is
  *            spread over twice the MMAs. Which is faster is the GPU's to say: FA_CUDA_TILE_D128
  *            picks one (plugin.cu), and bench/gpu_bench.py times both.
+ *   D = 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 245 registers without spills. FA2 uses
+ *            64x64 with 4 warps or 128x64 with 8; double-buffered K/V at 64 keys would take
+ *            160 KB, one CTA an SM.
  *
  * Per CTA: Q once, K and V double-buffered (stage = block parity); every tile XOR-swizzled so
  * ldmatrix and cp.async are free of bank conflicts:
@@ -37,7 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { kWarps = 4, kThreads = 32 * kWarps, kBlockM = 128 };
+enum { kWarps = 4, kThreads = 32 * kWarps };
 
 #define FA_LOG2E_F 1.4426950408889634f
 #define FA_LN2_F 0.69314718055994531f
@@ -60,7 +65,7 @@ typedef struct fa_mma_params {
 } fa_mma_params;
 
 /* Keys [fa_key_lo, fa_key_hi) are visible to query i (off = sk - sq), clamped to [0, sk].
- * No overflow: i + off < 2^29 + kBlockM (ragged rows included) and windows are <= 2^30. */
+ * No overflow: i + off < 2^29 + 128 (ragged rows included) and windows are <= 2^30. */
 static __device__ __forceinline__ int fa_key_lo(const fa_mma_params &prm, int i, int off, int sk) {
     return prm.window_left < 0 ? 0 : min(max(i + off - prm.window_left, 0), sk);
 }
@@ -81,7 +86,7 @@ template <int kD> static __device__ __forceinline__ uint32_t fa_swz(int r, int c
  * swizzle is one XOR of lane with (C % 8) << 4, as rows are multiples of 128 bytes. */
 template <int kD>
 static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C) {
-    return (lane ^ ((C & 7) << 4)) + R * (kD * 2) + ((C & 8) << 4);
+    return (lane ^ ((C & 7) << 4)) + R * (kD * 2) + ((C & ~7) << 4);
 }
 
 /* Rows [0, n) of a [kRows, kD] tile from global (first row src, row stride ss bytes) into the
@@ -91,20 +96,24 @@ template <int kRows, int kD>
 static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
                                                     int n, int tid) {
     constexpr int kChunks = kD / 8, kRowStep = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0,
-                  "a pass must cover whole rows, a multiple of 8 of them");
+    static_assert(kThreads % kChunks == 0 && (kRowStep % 8 == 0 || 8 % kRowStep == 0) &&
+                      kRows % kRowStep == 0,
+                  "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
     ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
     const int r0 = tid / kChunks, ch = tid % kChunks, rows = n - r0;
-    dst += fa_swz<kD>(r0, ch); // rows r0 + it·kRowStep share r0 % 8, so the swizzle is fixed
     const char *first = src + r0 * ss + ch * 16;
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
         const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
-        fa_cp_async16(dst + it * kRowStep * (kD * 2), ok ? first + it * kRowStep * ss : src, ok);
+        /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle
+         * folds to a constant offset); else it cycles with it, known after unrolling. */
+        const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kD>(r0, ch) + it * kRowStep * (kD * 2)
+                                              : fa_swz<kD>(r0 + it * kRowStep, ch);
+        fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
     }
 }
 
-template <int kD, int kBlockN, bool kBf16>
+template <int kD, int kBlockM, int kBlockN, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // never launched: fa__mma_supported() needs sm >= 80 (cp.async, bf16 mma)
@@ -392,17 +401,18 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
 }
 
 /* One launch: blocks CTAs of kThreads, Q plus two K/V stages of shared memory. */
-template <int kD, int kBlockN, bool kBf16>
+template <int kD, int kBlockM, int kBlockN, bool kBf16>
 static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaStream_t stream) {
     constexpr int smem = (kBlockM + 4 * kBlockN) * kD * 2;
     if (smem > 48 * 1024) {
         const cudaError_t err =
-            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockN, kBf16>,
+            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess)
             return err;
     }
-    fa_mma_fwd_kernel<kD, kBlockN, kBf16><<<(unsigned)blocks, kThreads, smem, stream>>>(prm);
+    fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16>
+        <<<(unsigned)blocks, kThreads, smem, stream>>>(prm);
     return cudaGetLastError();
 }
 
@@ -415,11 +425,15 @@ static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
 /* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */
 enum { kMaxLen = 1 << 29, kMaxWindow = 1 << 30 };
 
+/* Query rows per CTA: 128 (two m16 tiles a warp) for D <= 128; 64 for D = 256, where O alone
+ * is 128 fp32 a thread at one m16 tile a warp. */
+static int fa_mma_block_m(int64_t D) { return D == 256 ? 64 : 128; }
+
 int fa__mma_supported(const fa__problem *p, int sm) {
     const int32_t dt = p->q.dtype;
     if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
         return 0;
-    if (p->D != 64 && p->D != 128)
+    if (p->D != 64 && p->D != 128 && p->D != 256)
         return 0;
     if (p->dropout_p != 0.0f || p->seqlens_k)
         return 0;
@@ -433,7 +447,7 @@ int fa__mma_supported(const fa__problem *p, int sm) {
     if (p->Sq > kMaxLen || p->Sk > kMaxLen || p->Hk < 1 || p->H % p->Hk != 0)
         return 0;
     /* The grid is one dimension: query blocks x batch x heads CTAs. */
-    const int64_t nqb = (p->Sq + kBlockM - 1) / kBlockM;
+    const int64_t nqb = (p->Sq + fa_mma_block_m(p->D) - 1) / fa_mma_block_m(p->D);
     return p->H <= INT32_MAX && p->B <= INT32_MAX && p->B * p->H <= INT32_MAX &&
            (nqb == 0 || p->B * p->H <= INT32_MAX / nqb);
 }
@@ -446,7 +460,8 @@ int fa__mma_d128_block_n(const char *tile) {
 
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream) {
-    const int64_t nqb = (p->Sq + kBlockM - 1) / kBlockM, blocks = nqb * p->B * p->H;
+    const int block_m = fa_mma_block_m(p->D);
+    const int64_t nqb = (p->Sq + block_m - 1) / block_m, blocks = nqb * p->B * p->H;
     if (blocks == 0)
         return cudaSuccess;
     fa_mma_params prm;
@@ -475,13 +490,16 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
 
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     if (p->D == 64)
-        return bf16 ? fa_mma_launch<64, 128, true>(prm, blocks, stream)
-                    : fa_mma_launch<64, 128, false>(prm, blocks, stream);
+        return bf16 ? fa_mma_launch<64, 128, 128, true>(prm, blocks, stream)
+                    : fa_mma_launch<64, 128, 128, false>(prm, blocks, stream);
     if (p->D == 128 && d128_block_n == 32)
-        return bf16 ? fa_mma_launch<128, 32, true>(prm, blocks, stream)
-                    : fa_mma_launch<128, 32, false>(prm, blocks, stream);
+        return bf16 ? fa_mma_launch<128, 128, 32, true>(prm, blocks, stream)
+                    : fa_mma_launch<128, 128, 32, false>(prm, blocks, stream);
     if (p->D == 128 && d128_block_n == 64)
-        return bf16 ? fa_mma_launch<128, 64, true>(prm, blocks, stream)
-                    : fa_mma_launch<128, 64, false>(prm, blocks, stream);
+        return bf16 ? fa_mma_launch<128, 128, 64, true>(prm, blocks, stream)
+                    : fa_mma_launch<128, 128, 64, false>(prm, blocks, stream);
+    if (p->D == 256)
+        return bf16 ? fa_mma_launch<256, 64, 32, true>(prm, blocks, stream)
+                    : fa_mma_launch<256, 64, 32, false>(prm, blocks, stream);
     return cudaErrorInvalidValue;
 }

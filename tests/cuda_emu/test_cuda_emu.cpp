@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
             c.Sq = 5, c.Sk = 7;
             add(c);
         } else if (suite == "basic") {
-            for (int D : {64, 128})
+            for (int D : {64, 128, 256})
                 for (int bf : {0, 1})
                     for (int causal : {0, 1})
                         for (auto sz : std::vector<std::pair<int, int>>{
@@ -305,7 +305,7 @@ int main(int argc, char **argv) {
                             add(c);
                         }
         } else if (suite == "features") {
-            for (int D : {64, 128})
+            for (int D : {64, 128, 256})
                 for (int bf : {0, 1}) {
                     Cfg c = mk(D, bf, 150, 170);
                     c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
@@ -347,7 +347,7 @@ int main(int argc, char **argv) {
                                  65, 127, 128, 129, 160, 255, 256, 257, 300, 383, 384, 385};
             for (int it = 0; it < n; ++it) {
                 Cfg c;
-                c.D = R(0, 1) ? 128 : 64;
+                c.D = 64 << R(0, 2); // 64, 128 or 256
                 c.bf = R(0, 1);
                 c.B = R(1, 2);
                 c.Hk = R(1, 2);
@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
                 add(c);
             }
         } else if (suite == "long") {
-            for (int D : {64, 128})
+            for (int D : {64, 128, 256})
                 for (int bf : {0, 1}) {
                     Cfg c;
                     c.D = D, c.bf = bf, c.Sq = 3, c.Sk = 1500, c.mag = 2;
@@ -389,7 +389,7 @@ int main(int argc, char **argv) {
                     add(c);
                 }
         } else if (suite == "edge") {
-            for (int D : {64, 128})
+            for (int D : {64, 128, 256})
                 for (int bf : {0, 1}) {
                     add(mk(D, bf, 5, 0)); // no keys at all
                     Cfg c = mk(D, bf, 70, 150);
