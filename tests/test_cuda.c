@@ -315,6 +315,23 @@ static void check_dropout_direct(const ccfg *c, int64_t nout, const double *gpu,
               worst >= 0 ? cpu[worst] : 0.0);
 }
 
+/* Sets FA_CUDA_TILE_D128 to tile; returns its previous value (malloc'd, NULL when unset) for
+ * tile_env_restore, which puts it back and frees it. */
+static char *tile_env_set(const char *tile) {
+    const char *cur = getenv("FA_CUDA_TILE_D128");
+    char *saved = cur ? strdup(cur) : NULL;
+    setenv("FA_CUDA_TILE_D128", tile, 1);
+    return saved;
+}
+
+static void tile_env_restore(char *saved) {
+    if (saved)
+        setenv("FA_CUDA_TILE_D128", saved, 1);
+    else
+        unsetenv("FA_CUDA_TILE_D128");
+    free(saved);
+}
+
 static int run_case(const ccfg *c) {
     char name[640];
     describe(c, name, sizeof name);
@@ -461,23 +478,13 @@ static int run_case(const ccfg *c) {
         gcq.device = gck.device = FA_DEVICE_CUDA;
         gcq.device_index = gck.device_index = g_dev;
     }
-    char *env_tile = NULL; /* the environment's FA_CUDA_TILE_D128, put back after the call */
-    if (c->tile) {
-        const char *cur = getenv("FA_CUDA_TILE_D128");
-        env_tile = cur ? strdup(cur) : NULL;
-        setenv("FA_CUDA_TILE_D128", c->tile, 1);
-    }
+    char *env_tile = c->tile ? tile_env_set(c->tile) : NULL;
     fa_status st_g =
         vl ? fa_varlen_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gcq, &gck, maxq, maxk, &gout.t,
                                c->no_lse ? NULL : &glse.t)
            : fa_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gout.t, c->no_lse ? NULL : &glse.t);
-    if (c->tile) {
-        if (env_tile)
-            setenv("FA_CUDA_TILE_D128", env_tile, 1);
-        else
-            unsetenv("FA_CUDA_TILE_D128");
-        free(env_tile);
-    }
+    if (c->tile)
+        tile_env_restore(env_tile);
     CHECK_MSG(st_g == FA_OK, "GPU forward returned %s (%d): %s", fa_status_name(st_g), (int)st_g,
               fa_last_error_message());
     if (st_g == FA_OK)
@@ -965,6 +972,7 @@ static void group_tiles(void) {
     group_line("tiles (FA_CUDA_TILE_D128 128x32, 128x64)", n, failed);
 }
 
+/* Nothing to compute: Sq = 0 and B = 0 succeed: 2 x 3 dtypes = 6 cases. */
 static void group_empty(void) {
     long n = 0, failed = 0;
     failed += run_all_dtypes(fixed_cfg(2, 0, 7, 2, 1, 64));
@@ -1456,16 +1464,11 @@ static void group_errors(void) {
         /* a malformed FA_CUDA_TILE_D128 fails every CUDA forward, whatever its D */
         static const char *bad_tiles[] = {"128x48", "64", "128x64 ", "128X64"};
         for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
-            const char *cur = getenv("FA_CUDA_TILE_D128");
-            char *saved = cur ? strdup(cur) : NULL, desc[64];
+            char desc[64];
             snprintf(desc, sizeof desc, "FA_CUDA_TILE_D128=\"%s\"", bad_tiles[i]);
-            setenv("FA_CUDA_TILE_D128", bad_tiles[i], 1);
+            char *saved = tile_env_set(bad_tiles[i]);
             GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_TILE_D128", (void)0);
-            if (saved)
-                setenv("FA_CUDA_TILE_D128", saved, 1);
-            else
-                unsetenv("FA_CUDA_TILE_D128");
-            free(saved);
+            tile_env_restore(saved);
         }
         GERR(K, "softcap NaN", FA_ERR_VALUE, "softcap", e.params.softcap = NAN);
         GERR(K, "dropout_p = 1", FA_ERR_VALUE, "dropout_p", e.params.dropout_p = 1.0f);
