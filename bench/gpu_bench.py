@@ -16,6 +16,12 @@ random inputs on the GPU and runs
                says which tile to make the default. It is checked like flashattn, and its own
                table follows the main one.
 
+Before the grid it measures the run's ceilings: the rate of mma.sync m16n8k16 bf16 (the
+instruction of the forward's products, flashattn's and FA2's) and of ex2.approx, by fa_cuda_peak
+(bench/cuda_peak.cu, built next to the plug-in; --peak-exe PATH, else next to the library), and a
+bf16 8192^3 matmul through torch (cuBLAS: the chip's dense rate, wgmma on Hopper). The table's
+%mma columns are TFLOP/s over the mma.sync rate.
+
 It first checks agreement: max |out - ref| / max |ref| against torch-flash's output (cuDNN's where
 torch-flash is unavailable), which must be <= --tol (2e-2 for bf16); a disagreement is printed
 loudly and makes the exit status 1. Then it times each backend with CUDA events: a warm-up, then
@@ -89,6 +95,9 @@ def parse_args(argv=None):
     ap.add_argument("--timer", choices=["auto", "triton", "events"], default="auto",
                     help="auto: triton.testing.do_bench when Triton imports, else CUDA events")
     ap.add_argument("--library", metavar="PATH", help="libflashattn.so to load")
+    ap.add_argument("--peak-exe", metavar="PATH",
+                    help="fa_cuda_peak to run for the mma.sync and ex2 ceilings (default: the "
+                         "one next to the library, else build-gpu/fa_cuda_peak)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.quick:
@@ -242,6 +251,81 @@ def make_timer(torch, kind):
     if do_bench is not None:
         return "triton.testing.do_bench (median)", triton_bench
     return "CUDA events (median)", events
+
+
+# ---------------------------------------------------------------------------------------------
+# Ceilings
+# ---------------------------------------------------------------------------------------------
+
+PEAK_EXE = "fa_cuda_peak"
+MATMUL_N = 8192
+
+
+def peak_exe(args):
+    """The fa_cuda_peak to run: --peak-exe, else the one next to the library, else the tree's
+    build-gpu/ one (None when none exists)."""
+    if args.peak_exe:
+        return args.peak_exe
+    lib = os.environ.get("FLASHATTN_LIBRARY")
+    for d in ([os.path.dirname(os.path.abspath(lib))] if lib else []) + \
+            [os.path.join(ROOT, "build-gpu")]:
+        cand = os.path.join(d, PEAK_EXE)
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def run_peak(exe, timeout=120):
+    """fa_cuda_peak's JSON as a dict, or {"error": reason}."""
+    if exe is None:
+        return {"error": f"no {PEAK_EXE} next to the library or in build-gpu/ (built with the "
+                         f"CUDA plug-in; --peak-exe PATH)"}
+    try:
+        r = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except Exception as e:
+        return {"error": f"{exe}: {short(e)}"}
+    why = (r.stderr.strip().splitlines() or [""])[-1][:300]
+    if r.returncode != 0:
+        return {"error": f"{exe} exited with {r.returncode}: {why}"}
+    try:
+        out = json.loads(r.stdout)
+        if not (out["mma_bf16_tflops"] > 0 and out["ex2_gops"] > 0):
+            raise ValueError("non-positive rates")
+    except Exception as e:
+        return {"error": f"{exe}: unreadable output ({short(e)}): {r.stdout.strip()[:200]}"}
+    return out
+
+
+def matmul_peak(torch, timer, target_ms):
+    """bf16 MATMUL_N^3 through torch (cuBLAS) on random inputs: {"tflops", "ms"} or {"error"}."""
+    try:
+        g = torch.Generator(device="cuda").manual_seed(1)
+        a, b = (torch.randn((MATMUL_N, MATMUL_N), device="cuda", dtype=torch.bfloat16,
+                            generator=g) for _ in range(2))
+        ms, _ = timer(lambda: torch.matmul(a, b), target_ms)
+        del a, b
+        return {"tflops": 2.0 * MATMUL_N ** 3 / (ms * 1e-3) / 1e12, "ms": ms}
+    except Exception as e:
+        return {"error": short(e)}
+
+
+def ceilings_line(ceil):
+    """One line: the ceilings measured in this run, or why each is n/a."""
+    m, mm = ceil.get("mma", {}), ceil.get("matmul", {})
+    mma = (f"mma.sync m16n8k16 bf16 {m['mma_bf16_tflops']:.1f} TFLOP/s, ex2.approx "
+           f"{m['ex2_gops']:.0f} Gop/s ({PEAK_EXE})" if "error" not in m else
+           f"mma.sync n/a ({m['error']})")
+    mat = (f"bf16 matmul {MATMUL_N}^3 {mm['tflops']:.1f} TFLOP/s (torch)" if "error" not in mm
+           else f"bf16 matmul n/a ({mm['error']})")
+    return f"Ceilings measured in this run: {mma}; {mat}"
+
+
+def _pct_mma(rec, name, ceil):
+    """rec's TFLOP/s for backend name as a percentage of the mma.sync rate."""
+    b, m = rec["backends"].get(name, {}), (ceil or {}).get("mma", {})
+    if "tflops" not in b or "mma_bf16_tflops" not in m:
+        return "n/a"
+    return f"{100.0 * b['tflops'] / m['mma_bf16_tflops']:.0f}%"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,7 +524,7 @@ def tile_table(results):
     return "\n".join(lines)
 
 
-def table(results, check_only):
+def table(results, check_only, ceil=None):
     if check_only:
         head = (f"{'S':>6} {'B':>3} {'H':>3} {'D':>4} {'causal':>6}  {'vs ref':>12}  "
                 f"{'cudnn vs ref':>12}")
@@ -450,15 +534,17 @@ def table(results, check_only):
             lines.append(f"{r['S']:>6} {r['B']:>3} {r['H']:>3} {r['D']:>4} {int(r['causal']):>6}  "
                          f"{_check(r):>12}  {('n/a' if cu is None else f'{cu:.1e}'):>12}")
         return "\n".join(lines)
-    head = (f"{'S':>6} {'B':>3} {'H':>3} {'D':>4} {'c':>1} | {'fa ms':>8} {'TF/s':>6} | "
-            f"{'flash ms':>8} {'TF/s':>6} | {'cudnn ms':>8} {'TF/s':>6} | {'vs flash':>8} "
-            f"{'vs cudnn':>8} | {'check':>10}")
+    head = (f"{'S':>6} {'B':>3} {'H':>3} {'D':>4} {'c':>1} | {'fa ms':>8} {'TF/s':>6} "
+            f"{'%mma':>4} | {'flash ms':>8} {'TF/s':>6} {'%mma':>4} | {'cudnn ms':>8} "
+            f"{'TF/s':>6} | {'vs flash':>8} {'vs cudnn':>8} | {'check':>10}")
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
             f"{r['S']:>6} {r['B']:>3} {r['H']:>3} {r['D']:>4} {int(r['causal']):>1} | "
-            f"{_ms(r, 'flashattn'):>8} {_tf(r, 'flashattn'):>6} | "
-            f"{_ms(r, 'torch-flash'):>8} {_tf(r, 'torch-flash'):>6} | "
+            f"{_ms(r, 'flashattn'):>8} {_tf(r, 'flashattn'):>6} "
+            f"{_pct_mma(r, 'flashattn', ceil):>4} | "
+            f"{_ms(r, 'torch-flash'):>8} {_tf(r, 'torch-flash'):>6} "
+            f"{_pct_mma(r, 'torch-flash', ceil):>4} | "
             f"{_ms(r, 'cudnn'):>8} {_tf(r, 'cudnn'):>6} | "
             f"{_ratio(r.get('ratio_vs_torch_flash')):>8} {_ratio(r.get('ratio_vs_cudnn')):>8} | "
             f"{_check(r):>10}")
@@ -491,7 +577,11 @@ def markdown(doc):
              f"- bf16, B·S = {TOKENS}, H·D = {HIDDEN}; timer: {doc['timer']}; TFLOP/s = "
              f"4·B·H·S²·D / t (halved when causal); ratios = backend time / flashattn time "
              f"(> 1: flashattn faster); check = max|flashattn − ref|/max|ref|, ref = torch "
-             f"flash's output (cuDNN's where that is n/a), bound {doc['tol']:g}", ""]
+             f"flash's output (cuDNN's where that is n/a), bound {doc['tol']:g}"]
+    if doc.get("ceilings"):
+        lines.append(f"- {ceilings_line(doc['ceilings'])}; %mma = TFLOP/s over the mma.sync "
+                     f"rate")
+    lines.append("")
     rows = doc["results"]
     if doc["check_only"]:
         lines += ["| S | B | H | D | causal | flashattn vs ref | cuDNN vs ref |",
@@ -501,14 +591,18 @@ def markdown(doc):
             lines.append(f"| {r['S']} | {r['B']} | {r['H']} | {r['D']} | {int(r['causal'])} | "
                          f"{_check(r)} | {'n/a' if cu is None else f'{cu:.1e}'} |")
     else:
-        lines += ["| S | B | H | D | causal | flashattn ms | TFLOP/s | torch flash ms | TFLOP/s | "
-                  "cuDNN ms | TFLOP/s | vs flash | vs cuDNN | check |",
-                  "|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        ceil = doc.get("ceilings")
+        lines += ["| S | B | H | D | causal | flashattn ms | TFLOP/s | %mma | torch flash ms | "
+                  "TFLOP/s | %mma | cuDNN ms | TFLOP/s | vs flash | vs cuDNN | check |",
+                  "|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+                  "---|"]
         for r in rows:
             lines.append(
                 f"| {r['S']} | {r['B']} | {r['H']} | {r['D']} | {int(r['causal'])} | "
-                f"{_ms(r, 'flashattn')} | {_tf(r, 'flashattn')} | {_ms(r, 'torch-flash')} | "
-                f"{_tf(r, 'torch-flash')} | {_ms(r, 'cudnn')} | {_tf(r, 'cudnn')} | "
+                f"{_ms(r, 'flashattn')} | {_tf(r, 'flashattn')} | "
+                f"{_pct_mma(r, 'flashattn', ceil)} | {_ms(r, 'torch-flash')} | "
+                f"{_tf(r, 'torch-flash')} | {_pct_mma(r, 'torch-flash', ceil)} | "
+                f"{_ms(r, 'cudnn')} | {_tf(r, 'cudnn')} | "
                 f"{_ratio(r.get('ratio_vs_torch_flash'))} | {_ratio(r.get('ratio_vs_cudnn'))} | "
                 f"{_check(r)} |")
     alt = tile_rows(rows)
@@ -573,6 +667,15 @@ def main(argv=None):
           f"flashattn library {info.get('flashattn_library')}; timer: {timer_name}",
           file=sys.stderr, flush=True)
 
+    ceil = None
+    if not args.check_only:
+        exe = peak_exe(args)
+        print(f"gpu_bench.py: ceilings: {exe or PEAK_EXE + ' (not found)'} and a bf16 "
+              f"{MATMUL_N}^3 matmul", file=sys.stderr, flush=True)
+        with torch.inference_mode():
+            ceil = {"mma": run_peak(exe), "matmul": matmul_peak(torch, timer, args.target_ms)}
+        print(f"gpu_bench.py: {ceilings_line(ceil)}", file=sys.stderr, flush=True)
+
     configs = [(S, D, c) for S in args.seqlens for D in args.dims for c in args.causal]
     results, skipped = [], []
     with torch.inference_mode():
@@ -609,7 +712,8 @@ def main(argv=None):
     doc = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
            "command": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
            "machine": info, "timer": timer_name, "tol": args.tol, "check_only": args.check_only,
-           "tokens": TOKENS, "hidden": HIDDEN, "results": results, "skipped": skipped,
+           "tokens": TOKENS, "hidden": HIDDEN, "ceilings": ceil, "results": results,
+           "skipped": skipped,
            "seconds": round(time.perf_counter() - t_start, 1), "verdict": verdict, "ok": rc == 0,
            "flashattn_cuda": {"available": fa_ok, "reason": fa_why}}
     if args.json:
@@ -622,7 +726,9 @@ def main(argv=None):
     print()
     print(f"GPU forward, bf16, B*S={TOKENS}, H*D={HIDDEN}: {info['gpu']}; timer {timer_name}; "
           f"ratios = backend time / flashattn time (>1: flashattn faster)")
-    print(table(results, args.check_only))
+    if ceil:
+        print(ceilings_line(ceil) + "; %mma = TFLOP/s over the mma.sync rate")
+    print(table(results, args.check_only, ceil))
     tiles = tile_table(results)
     if tiles:
         print()

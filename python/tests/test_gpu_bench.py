@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""bench/gpu_bench.py's bookkeeping, without a GPU: the verdict, the tile table and report, and
-FA_CUDA_TILE_D128's restore. The benchmark itself runs only where torch sees a GPU
+"""bench/gpu_bench.py's bookkeeping, without a GPU: the verdict, the tile table and report,
+FA_CUDA_TILE_D128's restore, and the ceilings (fa_cuda_peak's output read, its failures reported,
+%mma in the table and report). The benchmark itself runs only where torch sees a GPU
 (scripts/gpu-check.sh), so a mistake in these paths would otherwise first show on a lent GPU
 machine's scarce minutes."""
 
 import importlib.util
+import json
 import os
+import stat
 
 import pytest
 
@@ -93,3 +96,71 @@ def test_tile_env_restores(gb, monkeypatch):
         with gb.tile_env("128x64"):
             raise RuntimeError("a failing call")
     assert os.environ[gb.TILE_ENV] == "128x32"
+
+
+def fake_exe(tmp_path, name, body):
+    """An executable shell script standing in for fa_cuda_peak."""
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+PEAK = {"device": "GPU", "capability": "sm_90", "sms": 132, "clock_mhz": 1980,
+        "mma_bf16_tflops": 400.0, "mma_ms": 20.0, "ex2_gops": 4000.0, "ex2_ms": 20.0, "runs": 7}
+
+
+def test_run_peak(gb, tmp_path):
+    ok = fake_exe(tmp_path, "ok", f"echo '{json.dumps(PEAK)}'")
+    assert gb.run_peak(ok) == PEAK
+
+    no_gpu = fake_exe(tmp_path, "nogpu", "echo 'fa_cuda_peak: no CUDA device: none' >&2; exit 2")
+    r = gb.run_peak(no_gpu)
+    assert list(r) == ["error"] and "exited with 2" in r["error"] and "no CUDA device" in r["error"]
+
+    garbage = fake_exe(tmp_path, "garbage", "echo not json")
+    assert "unreadable output" in gb.run_peak(garbage)["error"]
+    zero = fake_exe(tmp_path, "zero", f"echo '{json.dumps(dict(PEAK, ex2_gops=0))}'")
+    assert "non-positive" in gb.run_peak(zero)["error"]
+    assert "no fa_cuda_peak" in gb.run_peak(None)["error"]
+
+
+def test_peak_exe_search(gb, tmp_path, monkeypatch):
+    args = gb.parse_args([])
+    monkeypatch.setenv("FLASHATTN_LIBRARY", str(tmp_path / "libflashattn.so"))
+    beside = fake_exe(tmp_path, gb.PEAK_EXE, "exit 0")
+    assert gb.peak_exe(args) == beside
+    assert gb.peak_exe(gb.parse_args(["--peak-exe", "/x/y"])) == "/x/y"
+    os.remove(beside)
+    found = gb.peak_exe(args)
+    assert found is None or found == os.path.join(gb.ROOT, "build-gpu", gb.PEAK_EXE)
+
+
+def test_ceilings_in_table_and_report(gb):
+    rows = [record(gb, 2048, 128, False, 2.0, 1.9)]
+    ceil = {"mma": PEAK, "matmul": {"tflops": 780.0, "ms": 1.4}}
+    line = gb.ceilings_line(ceil)
+    assert "mma.sync m16n8k16 bf16 400.0 TFLOP/s" in line and "4000 Gop/s" in line
+    assert "8192^3 780.0 TFLOP/s" in line
+    pct = "%.0f%%" % (100 * rows[0]["backends"]["flashattn"]["tflops"] / 400.0)
+    pct_flash = "%.0f%%" % (100 * rows[0]["backends"]["torch-flash"]["tflops"] / 400.0)
+    row = gb.table(rows, False, ceil).splitlines()[2].split()
+    assert row[7:10] == ["%.1f" % rows[0]["backends"]["flashattn"]["tflops"], pct, "|"]
+    assert row[11:13] == ["%.1f" % rows[0]["backends"]["torch-flash"]["tflops"], pct_flash]
+    # without a measured mma rate the column says n/a
+    failed = {"mma": {"error": "fa_cuda_peak exited with 2: no CUDA device"},
+              "matmul": {"error": "RuntimeError: out of memory"}}
+    assert gb.table(rows, False, failed).splitlines()[2].split()[8] == "n/a"
+    assert gb.table(rows, False).splitlines()[2].split()[8] == "n/a"
+    assert gb.ceilings_line(failed) == ("Ceilings measured in this run: mma.sync n/a "
+                                        "(fa_cuda_peak exited with 2: no CUDA device); bf16 "
+                                        "matmul n/a (RuntimeError: out of memory)")
+
+    doc = {"machine": {"gpu": "GPU", "capability": "sm_90", "torch": "t", "torch_cuda": "13"},
+           "date": "d", "command": "c", "timer": "t", "tol": 2e-2, "check_only": False,
+           "ceilings": ceil, "results": rows, "skipped": [], "verdict": "ok"}
+    md = gb.markdown(doc)
+    assert "- " + line + "; %mma = TFLOP/s over the mma.sync rate" in md
+    assert "| %.1f | %s | 1.900 | %.1f | %s |" % (
+        rows[0]["backends"]["flashattn"]["tflops"], pct,
+        rows[0]["backends"]["torch-flash"]["tflops"], pct_flash) in md
