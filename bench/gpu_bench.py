@@ -9,7 +9,9 @@ random inputs on the GPU and runs
                through the Python package (python/ in this tree) and libflashattn's CUDA plug-in;
   torch-flash  torch.nn.functional.scaled_dot_product_attention under
                sdpa_kernel(SDPBackend.FLASH_ATTENTION) on (B, H, S, D) views (q.transpose(1, 2),
-               no copies), is_causal=...;
+               no copies), is_causal=...: torch's built-in FA2, unless the process activated
+               another implementation (torch.nn.attention.activate_flash_attention_impl); the
+               report names the one that ran;
   cudnn        the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION);
   fa-128x64    at D = 128 only: flashattn again with FA_CUDA_TILE_D128=128x64, the tensor-core
                kernel's other tile (64 keys a step instead of the default 32), so that the GPU
@@ -169,6 +171,26 @@ def _try(f, default=None):
         return default
 
 
+def torch_flash_impl(torch):
+    """Which flash attention SDPA's FLASH_ATTENTION backend runs: torch's built-in FA2 unless
+    another implementation was activated (torch.nn.attention.activate_flash_attention_impl, in
+    newer torch), e.g. FA3; the issue's target is against FA2."""
+    try:
+        from torch.nn import attention
+    except Exception as e:
+        return f"unknown ({short(e)})"
+    current = getattr(attention, "current_flash_attention_impl", None)
+    if current is None:
+        return "built-in (FA2; this torch cannot switch implementations)"
+    try:
+        name = current()
+    except Exception as e:
+        return f"unknown ({short(e)})"
+    listed = _try(lambda: list(attention.list_flash_attention_impls()), [])
+    others = f"; registered: {', '.join(map(str, listed))}" if listed else ""
+    return (f"{name} (activated)" if name else "built-in (FA2)") + others
+
+
 def machine_info(torch, fa):
     info = {"gpu": _try(torch.cuda.get_device_name, "unknown GPU"),
             "capability": _try(lambda: "sm_%d%d" % torch.cuda.get_device_capability(), "sm_?"),
@@ -181,6 +203,7 @@ def machine_info(torch, fa):
         info["driver"] = r.stdout.strip().splitlines()[0] if r.returncode == 0 else None
     except Exception:
         info["driver"] = None
+    info["torch_flash_impl"] = torch_flash_impl(torch)
     try:
         import triton
         info["triton"] = triton.__version__
@@ -572,7 +595,8 @@ def markdown(doc):
     lines = [f"# GPU forward: flashattn vs PyTorch SDPA ({doc['date']})", "",
              f"- Command: `{doc['command']}`",
              f"- GPU: {m['gpu']} ({m['capability']}), driver {m.get('driver')}; torch "
-             f"{m['torch']} (CUDA {m['torch_cuda']}, cuDNN {m.get('cudnn')})",
+             f"{m['torch']} (CUDA {m['torch_cuda']}, cuDNN {m.get('cudnn')}); torch flash "
+             f"= {m.get('torch_flash_impl', 'not recorded')}",
              f"- flashattn: {m.get('flashattn_library')}; {m.get('flashattn_build', '')}",
              f"- bf16, B·S = {TOKENS}, H·D = {HIDDEN}; timer: {doc['timer']}; TFLOP/s = "
              f"4·B·H·S²·D / t (halved when causal); ratios = backend time / flashattn time "
@@ -663,9 +687,9 @@ def main(argv=None):
     sdpa = sdpa_backends(torch)
     timer_name, timer = make_timer(torch, args.timer)
     info = machine_info(torch, fa)
-    print(f"gpu_bench.py: {info['gpu']} ({info['capability']}), torch {info['torch']}, "
-          f"flashattn library {info.get('flashattn_library')}; timer: {timer_name}",
-          file=sys.stderr, flush=True)
+    print(f"gpu_bench.py: {info['gpu']} ({info['capability']}), torch {info['torch']} (flash: "
+          f"{info.get('torch_flash_impl')}), flashattn library {info.get('flashattn_library')}; "
+          f"timer: {timer_name}", file=sys.stderr, flush=True)
 
     ceil = None
     if not args.check_only:
@@ -724,7 +748,8 @@ def main(argv=None):
             f.write(markdown(doc))
 
     print()
-    print(f"GPU forward, bf16, B*S={TOKENS}, H*D={HIDDEN}: {info['gpu']}; timer {timer_name}; "
+    print(f"GPU forward, bf16, B*S={TOKENS}, H*D={HIDDEN}: {info['gpu']}; torch "
+          f"{info['torch']}, flash = {info.get('torch_flash_impl')}; timer {timer_name}; "
           f"ratios = backend time / flashattn time (>1: flashattn faster)")
     if ceil:
         print(ceilings_line(ceil) + "; %mma = TFLOP/s over the mma.sync rate")

@@ -164,3 +164,28 @@ def test_ceilings_in_table_and_report(gb):
     assert "| %.1f | %s | 1.900 | %.1f | %s |" % (
         rows[0]["backends"]["flashattn"]["tflops"], pct,
         rows[0]["backends"]["torch-flash"]["tflops"], pct_flash) in md
+
+
+def test_torch_flash_impl(gb, monkeypatch):
+    """The report names the flash implementation behind SDPA's FLASH_ATTENTION backend."""
+    import sys
+    import types
+
+    def fake_torch(**attention_attrs):
+        torch, nn = types.ModuleType("torch"), types.ModuleType("torch.nn")
+        attention = types.ModuleType("torch.nn.attention")
+        for k, v in attention_attrs.items():
+            setattr(attention, k, v)
+        torch.nn, nn.attention = nn, attention
+        for name, mod in (("torch", torch), ("torch.nn", nn), ("torch.nn.attention", attention)):
+            monkeypatch.setitem(sys.modules, name, mod)
+        return torch
+
+    old = fake_torch()
+    assert gb.torch_flash_impl(old) == "built-in (FA2; this torch cannot switch implementations)"
+    default = fake_torch(current_flash_attention_impl=lambda: None,
+                         list_flash_attention_impls=lambda: ["FA3", "FA4"])
+    assert gb.torch_flash_impl(default) == "built-in (FA2); registered: FA3, FA4"
+    fa3 = fake_torch(current_flash_attention_impl=lambda: "FA3",
+                     list_flash_attention_impls=lambda: ["FA3"])
+    assert gb.torch_flash_impl(fa3) == "FA3 (activated); registered: FA3"
