@@ -1,24 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fwd_mma.cu — the stage-2 forward kernel: FA2-class attention on tensor cores for sm_80 and
- * later, fp16/bf16, D = 64, 128 or 256, with causal/sliding windows, GQA, varlen, lse, softcap
- * and ALiBi. Everything else (and the varlen rows outside every sequence) is stage 1's.
+ * later, fp16/bf16, any head dim D <= 256 that is a multiple of 8, with causal/sliding windows,
+ * GQA, varlen, lse, softcap and ALiBi. Everything else (and the varlen rows outside every
+ * sequence) is stage 1's.
  *
- * One CTA of 4 warps per (query block of kBlockM rows, batch, head). With kBlockM = 128 (D = 64
- * and 128), warp w owns rows [32w, 32w + 32) as two m16 tiles, so every K/V fragment read from
- * shared memory feeds two MMAs; with kBlockM = 64 (D = 256, where O alone is 128 fp32 a thread)
- * it owns one m16 tile. Row reductions stay inside a warp (4-lane quads). Tiles
+ * Like FA2, a kernel is compiled for each kD in {32, 64, ..., 256} and runs every D in
+ * (kD - 32, kD]: the products run over kD, with Q, K and V zero in columns [D, kD) of shared
+ * memory (the loads zero-fill them), and out is stored for columns [0, D) only. Shared-memory rows
+ * are kW = 64, 128 or 256 elements wide (fa_tile_width: whole 128-byte lines, which the swizzle
+ * needs); columns past kD are never read.
+ *
+ * One CTA of 4 warps per (query block of kBlockM rows, batch, head). With kBlockM = 128
+ * (kD <= 128), warp w owns rows [32w, 32w + 32) as two m16 tiles, so every K/V fragment read
+ * from shared memory feeds two MMAs; with kBlockM = 64 (kD > 128, where O alone is up to 128 fp32
+ * a thread) it owns one m16 tile. Row reductions stay inside a warp (4-lane quads). Tiles
  * (kBlockM x kBlockN):
- *   D = 64:  128x128, FA2's (80 KB smem)
- *   D = 128: 32 keys (64 KB smem) by default: it fits the 255 registers without spills. Or 64
+ *   kD = 32, 64: 128x128, FA2's for D = 64 (80 KB smem)
+ *   kD = 96: 128x64, FA2's (96 KB smem); O (96) + S (64) fp32 a thread, like 128x32 at D = 128
+ *   kD = 128: 32 keys (64 KB smem) by default: it fits the 255 registers without spills. Or 64
  *            keys, FA2's 128x64 tile on A100 and H100 (96 KB smem: 2 CTAs an SM on sm_90, one
  *            on A100), where O (128) + S (64) fp32 a thread make ptxas spill a few loop-invariant
  *            words, but the per-block work (barrier, loads of Q, softmax, O's rescale) is
  *            spread over twice the MMAs. Which is faster is the GPU's to say: FA_CUDA_TILE_D128
  *            picks one (plugin.cu), and bench/gpu_bench.py times both.
- *   D = 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 245 registers without spills. FA2 uses
- *            64x64 with 4 warps or 128x64 with 8; double-buffered K/V at 64 keys would take
- *            160 KB, one CTA an SM.
+ *   kD = 160 .. 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 245 registers without spills
+ *            at D = 256. FA2 uses 64x64 with 4 warps or 128x64 with 8 there; double-buffered K/V
+ *            at 64 keys would take 160 KB, one CTA an SM.
  *
  * Per CTA: Q once, K and V double-buffered (stage = block parity); every tile XOR-swizzled so
  * ldmatrix and cp.async are free of bank conflicts:
@@ -58,6 +66,7 @@ typedef struct fa_mma_params {
     const float *alibi;         /* NULL: none */
     int64_t alibi_sb, alibi_sh;
     int Sq, Sk, H, group, nqb; /* group = H / Hk; nqb = query blocks per (batch, head) */
+    int dch;                   /* D / 8: the 16-byte chunks of a row that hold data */
     int window_left, window_right;
     float scale_l2;   /* scale·log2(e) */
     float softcap_in; /* 2·log2(e)·scale/c: tanh(x) = 1 - 2 / (2^(s·softcap_in) + 1) */
@@ -74,41 +83,49 @@ static __device__ __forceinline__ int fa_key_hi(const fa_mma_params &prm, int i,
     return prm.window_right < 0 ? sk : min(max(i + off + prm.window_right + 1, 0), sk);
 }
 
-/* Byte offset of 16-byte chunk ch of row r in a [rows, kD] tile of 2-byte elements: chunk
- * bits 0..2 are XORed with r % 8, so the 8 rows one ldmatrix phase reads (same logical chunk)
- * and the 8 chunks one cp.async phase writes (same row) hit 8 different bank groups. */
-template <int kD> static __device__ __forceinline__ uint32_t fa_swz(int r, int ch) {
-    return (uint32_t)(r * (kD * 2) + ((ch ^ (r & 7)) << 4));
+/* Shared-memory row width (elements) of the kernel for kD: whole 128-byte lines, and 8, 16 or 32
+ * chunks a row so that fa_load_tile's passes cover whole rows. */
+static __host__ __device__ constexpr int fa_tile_width(int kd) {
+    return kd <= 64 ? 64 : kd <= 128 ? 128 : 256;
+}
+
+/* Byte offset of 16-byte chunk ch of row r in a [rows, kW] tile of 2-byte elements (kW, the
+ * row width: 64, 128 or 256): chunk bits 0..2 are XORed with r % 8, so the 8 rows one ldmatrix
+ * phase reads (same logical chunk) and the 8 chunks one cp.async phase writes (same row) hit 8
+ * different bank groups. */
+template <int kW> static __device__ __forceinline__ uint32_t fa_swz(int r, int ch) {
+    return (uint32_t)(r * (kW * 2) + ((ch ^ (r & 7)) << 4));
 }
 
 /* fa_swz(R + lr, C + lc) for ldmatrix, given lane = fa_swz(lr, lc) of the lane's own row lr
  * and chunk lc in {0, 1}: with R a multiple of 8 and C even (compile-time after unrolling), the
  * swizzle is one XOR of lane with (C % 8) << 4, as rows are multiples of 128 bytes. */
-template <int kD>
+template <int kW>
 static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C) {
-    return (lane ^ ((C & 7) << 4)) + R * (kD * 2) + ((C & ~7) << 4);
+    return (lane ^ ((C & 7) << 4)) + R * (kW * 2) + ((C & ~7) << 4);
 }
 
-/* Rows [0, n) of a [kRows, kD] tile from global (first row src, row stride ss bytes) into the
- * swizzled tile at dst, rows >= n zero-filled (n >= 1). 16-byte cp.async; a pass of the CTA
- * covers kRowStep whole rows, consecutive threads along a row. */
-template <int kRows, int kD>
+/* Rows [0, n) and chunks [0, dch) (elements [0, 8·dch)) of a [kRows, kW] tile from global
+ * (first row src, row stride ss bytes) into the swizzled tile at dst; rows >= n and chunks >= dch
+ * zero-filled (n >= 1). 16-byte cp.async; a pass of the CTA covers kRowStep whole rows,
+ * consecutive threads along a row. */
+template <int kRows, int kW>
 static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
-                                                    int n, int tid) {
-    constexpr int kChunks = kD / 8, kRowStep = kThreads / kChunks;
+                                                    int n, int dch, int tid) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
     static_assert(kThreads % kChunks == 0 && (kRowStep % 8 == 0 || 8 % kRowStep == 0) &&
                       kRows % kRowStep == 0,
                   "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
     ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
-    const int r0 = tid / kChunks, ch = tid % kChunks, rows = n - r0;
+    const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
     const char *first = src + r0 * ss + ch * 16;
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
         const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
         /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle
          * folds to a constant offset); else it cycles with it, known after unrolling. */
-        const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kD>(r0, ch) + it * kRowStep * (kD * 2)
-                                              : fa_swz<kD>(r0 + it * kRowStep, ch);
+        const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
+                                              : fa_swz<kW>(r0 + it * kRowStep, ch);
         fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
     }
 }
@@ -119,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     __trap(); // never launched: fa__mma_supported() needs sm >= 80 (cp.async, bf16 mma)
     return;
 #endif
-    constexpr int kRowBytes = kD * 2;
+    constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kMT = kBlockM / (16 * kWarps); // m16 tiles per warp
     constexpr int kWarpRows = 16 * kMT;
     constexpr int kNT = kBlockN / 8; // n8 tiles of S
@@ -128,8 +145,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     static_assert(kMT >= 1 && kNT % 2 == 0 && kDT % 2 == 0, "tile shape");
 
     extern __shared__ __align__(128) unsigned char smem[];
-    // Q: [kBlockM, kD], then stages 0 and 1 of K: [kBlockN, kD] and V: [kBlockN, kD];
-    // fp16/bf16, rows swizzled by fa_swz
+    // Q: [kBlockM, kW], then stages 0 and 1 of K: [kBlockN, kW] and V: [kBlockN, kW];
+    // fp16/bf16, rows swizzled by fa_swz; columns [D, kW) zero
     const uint32_t sQ = fa_smem_u32(smem);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -138,9 +155,9 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
      *   Q (A, 16 rows x 16 d):  m = rows 0-7 | 8-15 x d 0-7, then the same x d 8-15
      *   K (B, 16 keys x 16 d):  m = keys 0-7 x d 0-7 | 8-15, then keys 8-15 x the same
      *   V (B, 16 keys x 16 d, transposed): m = keys 0-7 | 8-15 x d 0-7, then x d 8-15 */
-    const uint32_t lane_q = fa_swz<kD>(wrow + (lane & 15), lane >> 4);
-    const uint32_t lane_k = fa_swz<kD>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
-    const uint32_t lane_v = fa_swz<kD>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+    const uint32_t lane_q = fa_swz<kW>(wrow + (lane & 15), lane >> 4);
+    const uint32_t lane_k = fa_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+    const uint32_t lane_v = fa_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
 
     /* Heaviest (last) query blocks of a head first; consecutive CTAs share a head's K/V in L2.
      * b and h are unsigned so their 64-bit offsets need no sign-extension registers. */
@@ -190,11 +207,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     }
 
     if (n_end > n_min) {
-        fa_load_tile<kBlockM, kD>(sQ, q, prm.q_ss, sq - i0, tid);
+        fa_load_tile<kBlockM, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
         const int j0 = (n_end - 1) * kBlockN;
-        fa_load_tile<kBlockN, kD>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, tid);
-        fa_load_tile<kBlockN, kD>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
-                                  tid);
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, prm.dch, tid);
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
+                                  prm.dch, tid);
         fa_cp_async_commit();
     }
     for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
@@ -205,8 +222,9 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
             const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
             const int jn = j0 - kBlockN;
-            fa_load_tile<kBlockN, kD>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, tid);
-            fa_load_tile<kBlockN, kD>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn, tid);
+            fa_load_tile<kBlockN, kW>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch, tid);
+            fa_load_tile<kBlockN, kW>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn,
+                                      prm.dch, tid);
             fa_cp_async_commit();
         }
         const uint32_t sK = sQ + kQBytes + stage * 2 * kKVBytes, sV = sK + kKVBytes;
@@ -227,11 +245,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
             uint32_t qa[kMT][4]; // A: Q[16 rows, 16 d] per m16 tile
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
-                fa_ldsm_x4(qa[mt], sQ + fa_swz_at<kD>(lq, mt * 16, 2 * kk));
+                fa_ldsm_x4(qa[mt], sQ + fa_swz_at<kW>(lq, mt * 16, 2 * kk));
 #pragma unroll
             for (int nt = 0; nt < kNT; nt += 2) {
                 uint32_t kb[4]; // B: K[16 keys, 16 d] = two n8 tiles x two k halves
-                fa_ldsm_x4(kb, sK + fa_swz_at<kD>(lk, nt * 8, 2 * kk));
+                fa_ldsm_x4(kb, sK + fa_swz_at<kW>(lk, nt * 8, 2 * kk));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     fa_mma16816<kBf16>(s[mt][nt], qa[mt], kb[0], kb[1]);
@@ -346,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
 #pragma unroll
             for (int dt = 0; dt < kDT; dt += 2) {
                 uint32_t vb[4]; // B: V[16 keys, 16 d] = two k halves x two n8 tiles, transposed
-                fa_ldsm_x4_trans(vb, sV + fa_swz_at<kD>(lv, kk * 16, dt));
+                fa_ldsm_x4_trans(vb, sV + fa_swz_at<kW>(lv, kk * 16, dt));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     fa_mma16816<kBf16>(acc_o[mt][dt], pa[mt], vb[0], vb[1]);
@@ -386,24 +404,25 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
-                *(uint32_t *)(smem + fa_swz<kD>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
+                *(uint32_t *)(smem + fa_swz<kW>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
                     fa_pack2<kBf16>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
     __syncwarp();
     char *o = prm.o + b * prm.o_sb + ((int64_t)rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
     constexpr int kChunks = kD / 8;
+    static_assert(kWarpRows * kChunks % 32 == 0, "the warp's O chunks in whole passes");
 #pragma unroll
     for (int it = 0; it < kWarpRows * kChunks / 32; ++it) {
         const int c = lane + it * 32, r = c / kChunks, ch = c % kChunks;
-        if (i0 + wrow + r < sq)
+        if (i0 + wrow + r < sq && ch < prm.dch)
             *(uint4 *)(o + r * prm.o_ss + ch * 16) =
-                *(const uint4 *)(smem + fa_swz<kD>(wrow + r, ch));
+                *(const uint4 *)(smem + fa_swz<kW>(wrow + r, ch));
     }
 }
 
 /* One launch: blocks CTAs of kThreads, Q plus two K/V stages of shared memory. */
 template <int kD, int kBlockM, int kBlockN, bool kBf16>
 static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaStream_t stream) {
-    constexpr int smem = (kBlockM + 4 * kBlockN) * kD * 2;
+    constexpr int smem = (kBlockM + 4 * kBlockN) * fa_tile_width(kD) * 2;
     if (smem > 48 * 1024) {
         const cudaError_t err =
             cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16>,
@@ -416,6 +435,14 @@ static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaS
     return cudaGetLastError();
 }
 
+/* fa_mma_launch for bf16 or fp16 inputs. */
+template <int kD, int kBlockM, int kBlockN>
+static cudaError_t fa_mma_launch_as(bool bf16, const fa_mma_params &prm, int64_t blocks,
+                                    cudaStream_t stream) {
+    return bf16 ? fa_mma_launch<kD, kBlockM, kBlockN, true>(prm, blocks, stream)
+                : fa_mma_launch<kD, kBlockM, kBlockN, false>(prm, blocks, stream);
+}
+
 /* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection. */
 static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
     return x->dtype == dtype && x->sd == 1 && x->ss % 8 == 0 && x->sh % 8 == 0 && x->sb % 8 == 0 &&
@@ -425,15 +452,18 @@ static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
 /* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */
 enum { kMaxLen = 1 << 29, kMaxWindow = 1 << 30 };
 
-/* Query rows per CTA: 128 (two m16 tiles a warp) for D <= 128; 64 for D = 256, where O alone
- * is 128 fp32 a thread at one m16 tile a warp. */
-static int fa_mma_block_m(int64_t D) { return D == 256 ? 64 : 128; }
+/* The kernel's head dim for D: the multiple of 32 it runs in (D is zero-padded up to it). */
+static int fa_mma_kd(int64_t D) { return (int)(D + 31) / 32 * 32; }
+
+/* Query rows per CTA: 128 (two m16 tiles a warp) for kD <= 128; 64 above, where O alone is up
+ * to 128 fp32 a thread at one m16 tile a warp. */
+static int fa_mma_block_m(int64_t D) { return fa_mma_kd(D) > 128 ? 64 : 128; }
 
 int fa__mma_supported(const fa__problem *p, int sm) {
     const int32_t dt = p->q.dtype;
     if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
         return 0;
-    if (p->D != 64 && p->D != 128 && p->D != 256)
+    if (p->D < 8 || p->D > 256 || p->D % 8 != 0)
         return 0;
     if (p->dropout_p != 0.0f || p->seqlens_k)
         return 0;
@@ -488,18 +518,30 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.softcap_in = p->softcap > 0.0f ? 2.0f * FA_LOG2E_F * (p->scale / p->softcap) : 0.0f;
     prm.softcap_l2 = p->softcap > 0.0f ? p->softcap * FA_LOG2E_F : 0.0f;
 
+    prm.dch = (int)(p->D / 8);
+
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
-    if (p->D == 64)
-        return bf16 ? fa_mma_launch<64, 128, 128, true>(prm, blocks, stream)
-                    : fa_mma_launch<64, 128, 128, false>(prm, blocks, stream);
-    if (p->D == 128 && d128_block_n == 32)
-        return bf16 ? fa_mma_launch<128, 128, 32, true>(prm, blocks, stream)
-                    : fa_mma_launch<128, 128, 32, false>(prm, blocks, stream);
-    if (p->D == 128 && d128_block_n == 64)
-        return bf16 ? fa_mma_launch<128, 128, 64, true>(prm, blocks, stream)
-                    : fa_mma_launch<128, 128, 64, false>(prm, blocks, stream);
-    if (p->D == 256)
-        return bf16 ? fa_mma_launch<256, 64, 32, true>(prm, blocks, stream)
-                    : fa_mma_launch<256, 64, 32, false>(prm, blocks, stream);
+    switch (fa_mma_kd(p->D)) {
+    case 32:
+        return fa_mma_launch_as<32, 128, 128>(bf16, prm, blocks, stream);
+    case 64:
+        return fa_mma_launch_as<64, 128, 128>(bf16, prm, blocks, stream);
+    case 96:
+        return fa_mma_launch_as<96, 128, 64>(bf16, prm, blocks, stream);
+    case 128:
+        if (d128_block_n == 32)
+            return fa_mma_launch_as<128, 128, 32>(bf16, prm, blocks, stream);
+        if (d128_block_n == 64)
+            return fa_mma_launch_as<128, 128, 64>(bf16, prm, blocks, stream);
+        return cudaErrorInvalidValue;
+    case 160:
+        return fa_mma_launch_as<160, 64, 32>(bf16, prm, blocks, stream);
+    case 192:
+        return fa_mma_launch_as<192, 64, 32>(bf16, prm, blocks, stream);
+    case 224:
+        return fa_mma_launch_as<224, 64, 32>(bf16, prm, blocks, stream);
+    case 256:
+        return fa_mma_launch_as<256, 64, 32>(bf16, prm, blocks, stream);
+    }
     return cudaErrorInvalidValue;
 }

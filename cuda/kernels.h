@@ -35,7 +35,8 @@ cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_t stream);
 
 /* Stage 2 (fwd_mma.cu): does the mma.sync kernel handle p on a device of compute capability
  * sm = 10·major + minor? Then fa__mma_forward computes what fa__simple_forward would, with
- * key blocks of d128_block_n keys when D = 128 (32 or 64; see fa__mma_d128_block_n). */
+ * key blocks of d128_block_n keys when the kernel for D = 128 runs (D = 104..128; 32 or 64,
+ * see fa__mma_d128_block_n). */
 int fa__mma_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream);

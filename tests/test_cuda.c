@@ -921,20 +921,22 @@ static ccfg band_cfg(int variant, int64_t S, int64_t D) {
     return c;
 }
 
-/* Large problems, where the fast kernel runs (fp16/bf16, D = 64/128/256, contiguous): B = 2,
- * H = 4, band_cfg's variants 0-5 x 2 dtypes at S in {300, 1000} for D = 64 and 128 (48 cases)
- * and at S = 300 for D = 256 (12); plus fp32 at S = 300, plain and causal, D 64/128: 4 cases.
- * FA_TEST_LARGE_S=300 (ctest sets it for the fake plug-in, whose forward is the CPU's that
- * test_forward covers at every size) leaves out the S = 1000 cases: their fp64 references were
- * 90% of the run, and S = 300 takes the same path through the core. */
+/* Large problems, where the fast kernel runs (fp16/bf16, D a multiple of 8 up to 256,
+ * contiguous): B = 2, H = 4, band_cfg's variants 0-5 x 2 dtypes at S = 300 for D = 64, 128, 256,
+ * 80, 96 and 200 (72 cases: the kernels for 64, 128, 256 and 96 at their own D, and those for 96
+ * and 224 at a zero-padded one) and at S = 1000 for D = 64 and 128 (24); plus fp32 at S = 300,
+ * plain and causal, D 64/128: 4 cases. FA_TEST_LARGE_S=300 (ctest sets it for the fake
+ * plug-in, whose forward is the CPU's that test_forward covers at every size) leaves out the
+ * S = 1000 cases: their fp64 references were 90% of the run, and S = 300 takes the same path
+ * through the core. */
 static void group_large(void) {
     long n = 0, failed = 0;
     static const int dt[2] = {FA_DTYPE_F16, FA_DTYPE_BF16};
-    static const int64_t S_[2] = {300, 1000}, D_[3] = {64, 128, 256};
+    static const int64_t S_[2] = {300, 1000}, D_[6] = {64, 128, 256, 80, 96, 200};
     const char *only = getenv("FA_TEST_LARGE_S");
     const int ns = only && strcmp(only, "300") == 0 ? 1 : 2;
     for (int si = 0; si < ns; si++)
-        for (int di = 0; di < (si == 0 ? 3 : 2); di++)
+        for (int di = 0; di < (si == 0 ? 6 : 2); di++)
             for (int variant = 0; variant < 6; variant++)
                 for (int ti = 0; ti < 2; ti++) {
                     ccfg c = band_cfg(variant, S_[si], D_[di]);
@@ -949,8 +951,8 @@ static void group_large(void) {
             failed += !run_case(&c);
             n++;
         }
-    group_line(ns == 2 ? "large (B=2 H=4 S=300/1000, D=64/128/256)"
-                       : "large (B=2 H=4 S=300 (FA_TEST_LARGE_S), D=64/128/256)",
+    group_line(ns == 2 ? "large (B=2 H=4 S=300/1000, D=64/128/256/80/96/200)"
+                       : "large (B=2 H=4 S=300 (FA_TEST_LARGE_S), D=64/128/256/80/96/200)",
                n, failed);
 }
 

@@ -249,6 +249,10 @@ CASES = {
     "long": (1, 1031, 1031, 4, 2, 128, dict(causal=True)),
     "d256": (1, 70, 90, 2, 2, 256, dict(causal=True)),
     "d32": (2, 65, 65, 3, 3, 32, {}),
+    # head dims between the kernels' (zero-padded to 96 and 224) and one of the larger kernels
+    "d80": (2, 130, 150, 4, 2, 80, dict(causal=True)),
+    "d160": (1, 100, 140, 2, 2, 160, dict(window_size=(50, 10))),
+    "d200": (2, 70, 90, 2, 1, 200, dict(causal=True, softcap=4.0)),
     "dropout": (2, 96, 120, 4, 2, 64, dict(dropout_p=0.17, causal=True)),
     "dropout_softcap": (1, 80, 80, 2, 2, 128, dict(dropout_p=0.3, softcap=3.0)),
 }

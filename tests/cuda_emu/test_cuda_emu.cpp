@@ -9,8 +9,10 @@
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
 // is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
-// quick, and sweep SEED N (N random configurations). Configurations with D = 128 run twice,
-// with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles).
+// quick, and sweep SEED N (N random configurations). Head dims: every kernel (kD = 32, 64, ...,
+// 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128
+// configurations (D in 97..128) run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's
+// two tiles).
 #include "emu.h"
 #include "fwd_mma_emu.cu"
 
@@ -25,8 +27,17 @@ struct Cfg {
     float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
-    int bn = 32;             // D = 128: the key block (32 or 64; main runs both)
+    int bn = 32;             // kD = 128: the key block (32 or 64; main runs both)
 };
+
+/* The kernel's head dim for D (fwd_mma.cu's fa_mma_kd). */
+static int kd_of(int D) { return (D + 31) / 32 * 32; }
+
+/* basic: every kernel, at its own D and padded; the other suites: a shorter list that still
+ * reaches kD = 32, 64, 96, 128, 160, 224 and 256, two of them padded. */
+static const std::vector<int> k_dims_all = {8,   32,  40,  64,  80,  96,  112,
+                                            128, 160, 192, 200, 224, 248, 256};
+static const std::vector<int> k_dims = {32, 64, 80, 96, 128, 160, 200, 256};
 
 static std::mt19937 rng(1234);
 
@@ -262,7 +273,7 @@ static std::string describe(const Cfg &c) {
              "pad=%d mag=%g scale=%g%s%s",
              c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
              c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str(),
-             c.D == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
+             kd_of(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
     return buf;
 }
 
@@ -294,7 +305,7 @@ int main(int argc, char **argv) {
             c.Sq = 5, c.Sk = 7;
             add(c);
         } else if (suite == "basic") {
-            for (int D : {64, 128, 256})
+            for (int D : k_dims_all)
                 for (int bf : {0, 1})
                     for (int causal : {0, 1})
                         for (auto sz : std::vector<std::pair<int, int>>{
@@ -305,7 +316,7 @@ int main(int argc, char **argv) {
                             add(c);
                         }
         } else if (suite == "features") {
-            for (int D : {64, 128, 256})
+            for (int D : k_dims)
                 for (int bf : {0, 1}) {
                     Cfg c = mk(D, bf, 150, 170);
                     c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
@@ -347,7 +358,7 @@ int main(int argc, char **argv) {
                                  65, 127, 128, 129, 160, 255, 256, 257, 300, 383, 384, 385};
             for (int it = 0; it < n; ++it) {
                 Cfg c;
-                c.D = 64 << R(0, 2); // 64, 128 or 256
+                c.D = R(0, 1) ? 64 << R(0, 2) : 8 * R(1, 32); // 64, 128, 256, or any
                 c.bf = R(0, 1);
                 c.B = R(1, 2);
                 c.Hk = R(1, 2);
@@ -380,7 +391,7 @@ int main(int argc, char **argv) {
                 add(c);
             }
         } else if (suite == "long") {
-            for (int D : {64, 128, 256})
+            for (int D : k_dims)
                 for (int bf : {0, 1}) {
                     Cfg c;
                     c.D = D, c.bf = bf, c.Sq = 3, c.Sk = 1500, c.mag = 2;
@@ -389,7 +400,7 @@ int main(int argc, char **argv) {
                     add(c);
                 }
         } else if (suite == "edge") {
-            for (int D : {64, 128, 256})
+            for (int D : k_dims)
                 for (int bf : {0, 1}) {
                     add(mk(D, bf, 5, 0)); // no keys at all
                     Cfg c = mk(D, bf, 70, 150);
@@ -422,10 +433,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* Every D = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
+    /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
     const size_t n_listed = cfgs.size();
     for (size_t i = 0; i < n_listed; ++i)
-        if (cfgs[i].D == 128) {
+        if (kd_of(cfgs[i].D) == 128) {
             Cfg c = cfgs[i];
             c.bn = 64;
             cfgs.push_back(c);
