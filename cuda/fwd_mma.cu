@@ -511,14 +511,13 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.alibi_sb = p->alibi_sb, prm.alibi_sh = p->alibi_sh;
     prm.Sq = (int)p->Sq, prm.Sk = (int)p->Sk, prm.H = (int)p->H, prm.group = (int)(p->H / p->Hk);
     prm.nqb = (int)nqb;
+    prm.dch = (int)(p->D / 8);
     /* A window wider than any |i + off - j| is unbounded either way. */
     prm.window_left = p->window_left > kMaxWindow ? kMaxWindow : p->window_left;
     prm.window_right = p->window_right > kMaxWindow ? kMaxWindow : p->window_right;
     prm.scale_l2 = p->scale * FA_LOG2E_F;
     prm.softcap_in = p->softcap > 0.0f ? 2.0f * FA_LOG2E_F * (p->scale / p->softcap) : 0.0f;
     prm.softcap_l2 = p->softcap > 0.0f ? p->softcap * FA_LOG2E_F : 0.0f;
-
-    prm.dch = (int)(p->D / 8);
 
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     switch (fa_mma_kd(p->D)) {
