@@ -89,6 +89,10 @@ static __host__ __device__ constexpr int fa_tile_width(int kd) {
     return kd <= 64 ? 64 : kd <= 128 ? 128 : 256;
 }
 
+/* Query rows per CTA of the kernel for kD: 128 (two m16 tiles a warp) up to 128; 64 above,
+ * where O alone is up to 128 fp32 a thread at one m16 tile a warp. */
+static __host__ __device__ constexpr int fa_block_m(int kd) { return kd > 128 ? 64 : 128; }
+
 /* Byte offset of 16-byte chunk ch of row r in a [rows, kW] tile of 2-byte elements (kW, the
  * row width: 64, 128 or 256): chunk bits 0..2 are XORed with r % 8, so the 8 rows one ldmatrix
  * phase reads (same logical chunk) and the 8 chunks one cp.async phase writes (same row) hit 8
@@ -435,12 +439,12 @@ static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaS
     return cudaGetLastError();
 }
 
-/* fa_mma_launch for bf16 or fp16 inputs. */
-template <int kD, int kBlockM, int kBlockN>
+/* fa_mma_launch of the kernel for kD (fa_block_m(kD) query rows a CTA), bf16 or fp16. */
+template <int kD, int kBlockN>
 static cudaError_t fa_mma_launch_as(bool bf16, const fa_mma_params &prm, int64_t blocks,
                                     cudaStream_t stream) {
-    return bf16 ? fa_mma_launch<kD, kBlockM, kBlockN, true>(prm, blocks, stream)
-                : fa_mma_launch<kD, kBlockM, kBlockN, false>(prm, blocks, stream);
+    return bf16 ? fa_mma_launch<kD, fa_block_m(kD), kBlockN, true>(prm, blocks, stream)
+                : fa_mma_launch<kD, fa_block_m(kD), kBlockN, false>(prm, blocks, stream);
 }
 
 /* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection. */
@@ -455,9 +459,8 @@ enum { kMaxLen = 1 << 29, kMaxWindow = 1 << 30 };
 /* The kernel's head dim for D: the multiple of 32 it runs in (D is zero-padded up to it). */
 static int fa_mma_kd(int64_t D) { return (int)(D + 31) / 32 * 32; }
 
-/* Query rows per CTA: 128 (two m16 tiles a warp) for kD <= 128; 64 above, where O alone is up
- * to 128 fp32 a thread at one m16 tile a warp. */
-static int fa_mma_block_m(int64_t D) { return fa_mma_kd(D) > 128 ? 64 : 128; }
+/* Query rows per CTA for D: those of the kernel that runs it. */
+static int fa_mma_block_m(int64_t D) { return fa_block_m(fa_mma_kd(D)); }
 
 int fa__mma_supported(const fa__problem *p, int sm) {
     const int32_t dt = p->q.dtype;
@@ -522,25 +525,25 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     switch (fa_mma_kd(p->D)) {
     case 32:
-        return fa_mma_launch_as<32, 128, 128>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<32, 128>(bf16, prm, blocks, stream);
     case 64:
-        return fa_mma_launch_as<64, 128, 128>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<64, 128>(bf16, prm, blocks, stream);
     case 96:
-        return fa_mma_launch_as<96, 128, 64>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<96, 64>(bf16, prm, blocks, stream);
     case 128:
         if (d128_block_n == 32)
-            return fa_mma_launch_as<128, 128, 32>(bf16, prm, blocks, stream);
+            return fa_mma_launch_as<128, 32>(bf16, prm, blocks, stream);
         if (d128_block_n == 64)
-            return fa_mma_launch_as<128, 128, 64>(bf16, prm, blocks, stream);
+            return fa_mma_launch_as<128, 64>(bf16, prm, blocks, stream);
         return cudaErrorInvalidValue;
     case 160:
-        return fa_mma_launch_as<160, 64, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<160, 32>(bf16, prm, blocks, stream);
     case 192:
-        return fa_mma_launch_as<192, 64, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<192, 32>(bf16, prm, blocks, stream);
     case 224:
-        return fa_mma_launch_as<224, 64, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<224, 32>(bf16, prm, blocks, stream);
     case 256:
-        return fa_mma_launch_as<256, 64, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<256, 32>(bf16, prm, blocks, stream);
     }
     return cudaErrorInvalidValue;
 }
