@@ -4,7 +4,9 @@
 // and compares out and lse with an fp64 attention over the same fp16/bf16 inputs. Also fails on
 // NaN, unwritten or stray output (out starts as a NaN sentinel, canaries around it and lse),
 // and on anything the emulator reports: shared-memory races, reads of cp.async data before its
-// wait, bad cp.async sources, divergent warp collectives, deadlocks.
+// wait, bad cp.async sources, divergent warp collectives, deadlocks. The inputs hold NaN in every
+// element outside the tensors (stride padding, the tail), so a read past D or past the last row
+// that reaches a product shows even where the address is mapped.
 //
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
@@ -81,6 +83,23 @@ static int run(const Cfg &c, double *max_err_out) {
         q[i] = cvt(U(rng) * c.mag);
     for (size_t i = 0; i < nk; ++i)
         k[i] = cvt(U(rng) * c.mag), v[i] = cvt(U(rng));
+    /* NaN in every element outside the tensors (stride padding, the tail): a kernel that reads
+     * one into a product (columns past D, rows past the end) gets NaN, not a finite error. */
+    const uint16_t gap_nan = c.bf ? 0x7fc0 : 0x7e00;
+    auto poison_gaps = [&](uint16_t *x, size_t n, int H, int rows_per_b, int64_t sb, int64_t ss,
+                           int64_t sh) {
+        std::vector<char> used(n, 0);
+        for (int b = 0; b < (varlen ? 1 : B); ++b)
+            for (int r = 0; r < rows_per_b; ++r)
+                for (int h = 0; h < H; ++h)
+                    memset(&used[b * sb + r * ss + h * sh], 1, (size_t)D);
+        for (size_t i = 0; i < n; ++i)
+            if (!used[i])
+                x[i] = gap_nan;
+    };
+    poison_gaps(q, nq, c.H, varlen ? totq : c.Sq, qsb, qss, qsh);
+    poison_gaps(k, nk, c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh);
+    poison_gaps(v, nk, c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh);
     const uint16_t sentinel = c.bf ? 0x7fc1 : 0x7e01;
     for (size_t i = 0; i < no + 2 * canary; ++i)
         obuf[i] = sentinel;
