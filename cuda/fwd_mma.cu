@@ -112,8 +112,11 @@ static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C
 /* Rows [0, n) and chunks [0, dch) (elements [0, 8·dch)) of a [kRows, kW] tile from global
  * (first row src, row stride ss bytes) into the swizzled tile at dst; rows >= n and chunks >= dch
  * zero-filled (n >= 1). 16-byte cp.async; a pass of the CTA covers kRowStep whole rows,
- * consecutive threads along a row. */
-template <int kRows, int kW>
+ * consecutive threads along a row. kFull: n >= kRows (every K/V block but the first loaded one),
+ * so a thread's copies differ only in their row: one predicate (its chunk < dch) and one pointer
+ * stepped by kRowStep rows, where a partial tile selects each source between its row and a row
+ * that exists. */
+template <int kRows, int kW, bool kFull>
 static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
                                                     int n, int dch, int tid) {
     constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
@@ -122,7 +125,8 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
                   "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
     ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
     const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
-    const char *first = src + r0 * ss + ch * 16;
+    // chunks >= dch read nothing, from chunk 0 of their row
+    const char *first = src + r0 * ss + (kFull && ch >= dch ? 0 : ch * 16);
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
         const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
@@ -130,7 +134,10 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
          * folds to a constant offset); else it cycles with it, known after unrolling. */
         const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
                                               : fa_swz<kW>(r0 + it * kRowStep, ch);
-        fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
+        if (kFull)
+            fa_cp_async16(dst + at, first + it * kRowStep * ss, ch < dch);
+        else
+            fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
     }
 }
 
@@ -211,11 +218,12 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     }
 
     if (n_end > n_min) {
-        fa_load_tile<kBlockM, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
+        fa_load_tile<kBlockM, kW, false>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
         const int j0 = (n_end - 1) * kBlockN;
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, prm.dch, tid);
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
-                                  prm.dch, tid);
+        fa_load_tile<kBlockN, kW, false>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0,
+                                         prm.dch, tid);
+        fa_load_tile<kBlockN, kW, false>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss,
+                                         sk - j0, prm.dch, tid);
         fa_cp_async_commit();
     }
     for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
@@ -226,9 +234,10 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
             const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
             const int jn = j0 - kBlockN;
-            fa_load_tile<kBlockN, kW>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch, tid);
-            fa_load_tile<kBlockN, kW>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn,
-                                      prm.dch, tid);
+            fa_load_tile<kBlockN, kW, true>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch,
+                                            tid);
+            fa_load_tile<kBlockN, kW, true>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn,
+                                            prm.dch, tid);
             fa_cp_async_commit();
         }
         const uint32_t sK = sQ + kQBytes + stage * 2 * kKVBytes, sV = sK + kKVBytes;
