@@ -24,7 +24,7 @@
  *            words, but the per-block work (barrier, loads of Q, softmax, O's rescale) is
  *            spread over twice the MMAs. Which is faster is the GPU's to say: FA_CUDA_TILE_D128
  *            picks one (plugin.cu), and bench/gpu_bench.py times both.
- *   kD = 160 .. 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 245 registers without spills
+ *   kD = 160 .. 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 244 registers without spills
  *            at D = 256. FA2 uses 64x64 with 4 warps or 128x64 with 8 there; double-buffered K/V
  *            at 64 keys would take 160 KB, one CTA an SM.
  *
