@@ -125,7 +125,7 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
                   "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
     ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
     const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
-    // chunks >= dch read nothing, from chunk 0 of their row
+    // kFull: chunks >= dch read nothing, from chunk 0 of their row (which exists)
     const char *first = src + r0 * ss + (kFull && ch >= dch ? 0 : ch * 16);
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
@@ -232,6 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         // K(n), V(n) (and Q) visible to all; every warp is done with the other stage
         __syncthreads();
         if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
+            // whole blocks: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk
             const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
             const int jn = j0 - kBlockN;
             fa_load_tile<kBlockN, kW, true>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch,
