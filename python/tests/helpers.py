@@ -1,6 +1,7 @@
 """Test helpers: dtypes, tolerances, random inputs, comparisons against the fp64 reference."""
 
 import hashlib
+import importlib.util
 import os
 import secrets
 
@@ -19,6 +20,17 @@ def seeded(key):
     every bit depends on both, so any slice of it (np.random.seed takes 32) is fresh too."""
     digest = hashlib.blake2b(f"{SEED}:{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_bench(name):
+    """bench/<name>.py of this tree as a module (the bench scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 BF16 = _core._NP_BF16  # None without ml_dtypes

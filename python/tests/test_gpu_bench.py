@@ -5,23 +5,17 @@ FA_CUDA_TILE_D128's restore, and the ceilings (fa_cuda_peak's output read, its f
 (scripts/gpu-check.sh), so a mistake in these paths would otherwise first show on a lent GPU
 machine's scarce minutes."""
 
-import importlib.util
 import json
 import os
 import stat
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def gb():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_bench", os.path.join(ROOT, "bench", "gpu_bench.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("gpu_bench")
 
 
 def record(gb, S, D, causal, fa_ms, flash_ms, alt_ms=None, err=1e-3, alt_err=1e-3):

@@ -3,21 +3,13 @@
 ways at each branch, through blocks placed outside the loop's span, never around an inner loop),
 the counts it reports and its exit status. cuobjdump is not needed (--sass)."""
 
-import importlib.util
-import os
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def sp():
-    spec = importlib.util.spec_from_file_location(
-        "sass_paths", os.path.join(ROOT, "bench", "sass_paths.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("sass_paths")
 
 
 def sass(name, lines):
