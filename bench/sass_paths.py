@@ -102,12 +102,12 @@ def loop_paths(insns, head, back):
     while stack:
         if len(paths) >= MAX_PATHS:
             return paths, True
-        i, path = stack.pop()
+        i, path = stack.pop()  # path: this walk's own list
         seen = set(path)
         while True:
             if i in seen:
                 break  # an inner loop or the head again: not one iteration
-            path = path + [i]
+            path.append(i)
             seen.add(i)
             if i == end:
                 paths.append(path)
@@ -125,7 +125,7 @@ def loop_paths(insns, head, back):
             if not nexts:
                 break
             for j in nexts[1:]:
-                stack.append((j, path))
+                stack.append((j, list(path)))
             i = nexts[0]
     return paths, False
 
