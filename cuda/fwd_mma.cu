@@ -129,15 +129,16 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
     const char *first = src + r0 * ss + (kFull && ch >= dch ? 0 : ch * 16);
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
-        const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
         /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle
          * folds to a constant offset); else it cycles with it, known after unrolling. */
         const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
                                               : fa_swz<kW>(r0 + it * kRowStep, ch);
-        if (kFull)
+        if (kFull) {
             fa_cp_async16(dst + at, first + it * kRowStep * ss, ch < dch);
-        else
+        } else {
+            const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
             fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
+        }
     }
 }
 

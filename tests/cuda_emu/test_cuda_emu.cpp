@@ -32,9 +32,6 @@ struct Cfg {
     int bn = 32;             // kD = 128: the key block (32 or 64; main runs both)
 };
 
-/* The kernel's head dim for D (fwd_mma.cu's fa_mma_kd). */
-static int kd_of(int D) { return (D + 31) / 32 * 32; }
-
 /* basic: every kernel, at its own D and padded; the other suites: a shorter list that still
  * reaches kD = 32, 64, 96, 128, 160, 224 and 256, two of them padded. */
 static const std::vector<int> k_dims_all = {8,   32,  40,  64,  80,  96,  112,
@@ -292,7 +289,7 @@ static std::string describe(const Cfg &c) {
              "pad=%d mag=%g scale=%g%s%s",
              c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
              c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str(),
-             kd_of(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
+             fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
     return buf;
 }
 
@@ -455,7 +452,7 @@ int main(int argc, char **argv) {
     /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
     const size_t n_listed = cfgs.size();
     for (size_t i = 0; i < n_listed; ++i)
-        if (kd_of(cfgs[i].D) == 128) {
+        if (fa_mma_kd(cfgs[i].D) == 128) {
             Cfg c = cfgs[i];
             c.bn = 64;
             cfgs.push_back(c);
