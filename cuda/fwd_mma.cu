@@ -109,37 +109,61 @@ static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C
     return (lane ^ ((C & 7) << 4)) + R * (kW * 2) + ((C & ~7) << 4);
 }
 
+/* Tile loads: 16-byte cp.async into a swizzled [kRows, kW] tile; a pass of the CTA covers
+ * kRowStep whole rows, consecutive threads along a row: thread tid copies chunk tid % kChunks of
+ * rows tid / kChunks + it·kRowStep. fa_copy_at is the shared-memory offset of copy it. */
+template <int kW> static __device__ __forceinline__ uint32_t fa_copy_at(int tid, int it) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && (kRowStep % 8 == 0 || 8 % kRowStep == 0),
+                  "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
+    const int r0 = tid / kChunks, ch = tid % kChunks;
+    /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle folds to
+     * a constant offset); else it cycles with it, known after unrolling. */
+    return kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
+                             : fa_swz<kW>(r0 + it * kRowStep, ch);
+}
+
 /* Rows [0, n) and chunks [0, dch) (elements [0, 8·dch)) of a [kRows, kW] tile from global
- * (first row src, row stride ss bytes) into the swizzled tile at dst; rows >= n and chunks >= dch
- * zero-filled (n >= 1). 16-byte cp.async; a pass of the CTA covers kRowStep whole rows,
- * consecutive threads along a row. kFull: n >= kRows (every K/V block but the first loaded one),
- * so a thread's copies differ only in their row: one predicate (its chunk < dch) and one pointer
- * stepped by kRowStep rows, where a partial tile selects each source between its row and a row
- * that exists. */
-template <int kRows, int kW, bool kFull>
+ * (first row src, row stride ss bytes) into the tile at dst; rows >= n and chunks >= dch
+ * zero-filled (n >= 1). Each copy selects its source between its row and a row that exists.
+ * Q and the first K/V block loaded use it; fa_load_block loads the others. */
+template <int kRows, int kW>
 static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
                                                     int n, int dch, int tid) {
     constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && (kRowStep % 8 == 0 || 8 % kRowStep == 0) &&
-                      kRows % kRowStep == 0,
-                  "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
-    ss = fa_opaque(ss); // else the kRows / kRowStep row offsets are hoisted out of the key loop
+    static_assert(kRows % kRowStep == 0, "whole passes");
     const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
-    // kFull: chunks >= dch read nothing, from chunk 0 of their row (which exists)
-    const char *first = src + r0 * ss + (kFull && ch >= dch ? 0 : ch * 16);
+    const char *first = src + r0 * ss + ch * 16;
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
-        /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle
-         * folds to a constant offset); else it cycles with it, known after unrolling. */
-        const uint32_t at = kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
-                                              : fa_swz<kW>(r0 + it * kRowStep, ch);
-        if (kFull) {
-            fa_cp_async16(dst + at, first + it * kRowStep * ss, ch < dch);
-        } else {
-            const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
-            fa_cp_async16(dst + at, ok ? first + it * kRowStep * ss : src, ok);
-        }
+        const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
+        fa_cp_async16(dst + fa_copy_at<kW>(tid, it), ok ? first + it * kRowStep * ss : src, ok);
     }
+}
+
+/* The source of thread tid's first copy in a whole [kRows, kW] tile at src (row stride ss
+ * bytes), for fa_load_block: its row tid / kChunks, its chunk, or chunk 0 of that row when the
+ * chunk is past the data (ch >= dch: read nothing, from an address that exists). */
+template <int kW>
+static __device__ __forceinline__ const char *fa_block_src(const char *src, int64_t ss, int dch,
+                                                           int tid) {
+    constexpr int kChunks = kW / 8;
+    const int ch = tid % kChunks;
+    return src + tid / kChunks * ss + (ch < dch ? ch * 16 : 0);
+}
+
+/* fa_load_tile for a whole tile (n >= kRows: every K/V block but the first loaded one), from
+ * first = fa_block_src(...): the thread's copies differ only in their row, so one predicate (its
+ * chunk < dch) and one pointer stepped by kRowStep rows serve them all. */
+template <int kRows, int kW>
+static __device__ __forceinline__ void fa_load_block(uint32_t dst, const char *first, int64_t ss,
+                                                     int dch, int tid) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
+    static_assert(kRows % kRowStep == 0, "whole passes");
+#pragma unroll
+    for (int it = 0; it < kRows / kRowStep; ++it)
+        fa_cp_async16(dst + fa_copy_at<kW>(tid, it), first + it * kRowStep * ss,
+                      tid % kChunks < dch);
 }
 
 template <int kD, int kBlockM, int kBlockN, bool kBf16>
@@ -166,10 +190,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     /* ldmatrix row addresses, lanes 8m..8m+7 for matrix m (fa_swz_at adds the tile offsets):
      *   Q (A, 16 rows x 16 d):  m = rows 0-7 | 8-15 x d 0-7, then the same x d 8-15
      *   K (B, 16 keys x 16 d):  m = keys 0-7 x d 0-7 | 8-15, then keys 8-15 x the same
-     *   V (B, 16 keys x 16 d, transposed): m = keys 0-7 | 8-15 x d 0-7, then x d 8-15 */
-    const uint32_t lane_q = fa_swz<kW>(wrow + (lane & 15), lane >> 4);
-    const uint32_t lane_k = fa_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
-    const uint32_t lane_v = fa_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+     *   V (B, 16 keys x 16 d, transposed): m = keys 0-7 | 8-15 x d 0-7, then x d 8-15
+     * Opaque, so that they are held across the key loop, not re-derived from tid in it. */
+    const uint32_t lane_q = fa_opaque(fa_swz<kW>(wrow + (lane & 15), lane >> 4));
+    const uint32_t lane_k = fa_opaque(fa_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1));
+    const uint32_t lane_v = fa_opaque(fa_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4));
 
     /* Heaviest (last) query blocks of a head first; consecutive CTAs share a head's K/V in L2.
      * b and h are unsigned so their 64-bit offsets need no sign-extension registers. */
@@ -219,32 +244,34 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     }
 
     if (n_end > n_min) {
-        fa_load_tile<kBlockM, kW, false>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
+        fa_load_tile<kBlockM, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
         const int j0 = (n_end - 1) * kBlockN;
-        fa_load_tile<kBlockN, kW, false>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0,
-                                         prm.dch, tid);
-        fa_load_tile<kBlockN, kW, false>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss,
-                                         sk - j0, prm.dch, tid);
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, prm.dch, tid);
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
+                                  prm.dch, tid);
         fa_cp_async_commit();
     }
+    /* This thread's sources in K(n) and V(n), stepped back a block before each load of the next
+     * block (all whole: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk). */
+    const int64_t j_last = max(n_end - 1, 0) * kBlockN; // 0: an empty band, never read
+    const char *kn = fa_block_src<kW>(k + j_last * prm.k_ss, prm.k_ss, prm.dch, tid);
+    const char *vn = fa_block_src<kW>(v + j_last * prm.v_ss, prm.v_ss, prm.dch, tid);
     for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
         const int j0 = n * kBlockN;
         fa_cp_async_wait_all();
         // K(n), V(n) (and Q) visible to all; every warp is done with the other stage
         __syncthreads();
         if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
-            // whole blocks: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk
             const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
-            const int jn = j0 - kBlockN;
-            fa_load_tile<kBlockN, kW, true>(next, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch,
-                                            tid);
-            fa_load_tile<kBlockN, kW, true>(next + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn,
-                                            prm.dch, tid);
+            kn -= kBlockN * prm.k_ss;
+            vn -= kBlockN * prm.v_ss;
+            fa_load_block<kBlockN, kW>(next, kn, prm.k_ss, prm.dch, tid);
+            fa_load_block<kBlockN, kW>(next + kKVBytes, vn, prm.v_ss, prm.dch, tid);
             fa_cp_async_commit();
         }
         const uint32_t sK = sQ + kQBytes + stage * 2 * kKVBytes, sV = sK + kKVBytes;
-        /* Re-derived each block so the per-tile ldmatrix addresses are not all hoisted out of
-         * the loop into registers. */
+        /* Opaque again in each block, so the per-tile ldmatrix addresses derived from them are
+         * not all hoisted out of the loop into registers. */
         const uint32_t lq = fa_opaque(lane_q), lk = fa_opaque(lane_k), lv = fa_opaque(lane_v);
 
         float s[kMT][kNT][4]; // S: [kWarpRows, kBlockN] per warp, C fragments

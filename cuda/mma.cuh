@@ -20,7 +20,8 @@ static __device__ __forceinline__ uint32_t fa_smem_u32(const void *p) {
 }
 
 /* x, opaque to the optimizer: what a loop derives from it is recomputed in the loop instead of
- * hoisted out and held in registers across it (cheap address arithmetic, scarce registers). */
+ * hoisted out and held in registers across it (cheap address arithmetic, scarce registers), and
+ * x itself is held, not re-derived from its inputs wherever it is used. */
 static __device__ __forceinline__ uint32_t fa_opaque(uint32_t x) {
     asm volatile("" : "+r"(x));
     return x;
