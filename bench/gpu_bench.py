@@ -13,10 +13,11 @@ random inputs on the GPU and runs
                another implementation (torch.nn.attention.activate_flash_attention_impl); the
                report names the one that ran;
   cudnn        the same under sdpa_kernel(SDPBackend.CUDNN_ATTENTION);
-  fa-128x64    at D = 128 only: flashattn again with FA_CUDA_TILE_D128=128x64, the tensor-core
-               kernel's other tile (64 keys a step instead of the default 32), so that the GPU
-               says which tile to make the default. It is checked like flashattn, and its own
-               table follows the main one.
+  fa-other-tile  at D = 128 only: flashattn again with FA_CUDA_TILE_D128 naming the tensor-core
+               kernel's other tile (128x32 where flashattn ran 128x64, the default from sm_90
+               on, and 128x64 where it ran 128x32), so that the GPU says which tile should be
+               the default. It is checked like flashattn, and its own table follows the main
+               one.
 
 Before the grid it measures the run's ceilings: the rate of mma.sync m16n8k16 bf16 (the
 instruction of the forward's products, flashattn's and FA2's) and of ex2.approx, by fa_cuda_peak
@@ -68,9 +69,17 @@ QUICK_SEQLENS = [1024, 8192]
 QUICK_DIMS = [128]
 BACKENDS = ["flashattn", "torch-flash", "cudnn"]
 TILE_ENV = "FA_CUDA_TILE_D128"  # read by the plug-in at every call
-ALT_TILE = "128x64"
-ALT = "fa-" + ALT_TILE          # the backend name of flashattn with ALT_TILE, D = 128 only
+TILES_D128 = ("128x32", "128x64")
+ALT = "fa-other-tile"           # the backend name of flashattn with the other tile, D = 128 only
 OURS = ("flashattn", ALT)
+
+
+def d128_tiles(capability, env):
+    """(the tile flashattn runs at D = 128, the other one) on a GPU of this (major, minor)
+    capability with FA_CUDA_TILE_D128 = env: the tile env names, else the plug-in's default
+    (fa__mma_d128_block_n in cuda/fwd_mma.cu: 128x64 from sm_90 on, 128x32 before)."""
+    tile = env if env in TILES_D128 else ("128x64" if capability[0] >= 9 else "128x32")
+    return tile, TILES_D128[1 - TILES_D128.index(tile)]
 
 
 def parse_args(argv=None):
@@ -437,8 +446,10 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
     if fa_ok:
         fns["flashattn"] = ((lambda: fa.flash_attn_func(q, k, v, causal=causal)), None)
         if D == 128:
+            tile, other = d128_tiles(torch.cuda.get_device_capability(), os.environ.get(TILE_ENV))
+            rec["tiles"] = {"flashattn": tile, ALT: other}
             fns[ALT] = ((lambda: fa.flash_attn_func(q, k, v, causal=causal)),
-                        (lambda: tile_env(ALT_TILE)))
+                        (lambda: tile_env(other)))
     else:
         rec["backends"]["flashattn"] = {"error": fa_why}
     for name in ("torch-flash", "cudnn"):
@@ -531,15 +542,26 @@ def tile_rows(results):
     return [r for r in results if ALT in r["backends"] or ALT in r["check"]]
 
 
+def tile_names(rows):
+    """(flashattn's tile, the other tile) of tile_rows' records."""
+    t = rows[0].get("tiles", {})
+    return t.get("flashattn", "?"), t.get(ALT, "?")
+
+
+def tile_title(rows):
+    tile, other = tile_names(rows)
+    return (f"D = 128 tiles: flashattn as run above ({tile}) and with {TILE_ENV}={other}; "
+            f"ratios are speed ratios (> 1: {other} faster)")
+
+
 def tile_table(results):
     rows = tile_rows(results)
     if not rows:
         return ""
-    head = (f"{'S':>6} {'c':>1} | {'128x32 TF/s':>11} | {ALT_TILE + ' TF/s':>11} | "
-            f"{ALT_TILE + ' vs flash':>15} | {ALT_TILE + ' / 128x32':>15} | {'check':>10}")
-    lines = [f"D = 128 tiles: flashattn as built (128x32 unless {TILE_ENV} says otherwise) and "
-             f"with {TILE_ENV}={ALT_TILE}; ratios are speed ratios (> 1: {ALT_TILE} faster)",
-             head, "-" * len(head)]
+    tile, other = tile_names(rows)
+    head = (f"{'S':>6} {'c':>1} | {tile + ' TF/s':>11} | {other + ' TF/s':>11} | "
+            f"{other + ' vs flash':>15} | {other + ' / ' + tile:>15} | {'check':>10}")
+    lines = [tile_title(rows), head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['S']:>6} {int(r['causal']):>1} | {_tf(r, 'flashattn'):>11} | "
                      f"{_tf(r, ALT):>11} | {_ratio(r.get('alt_ratio_vs_torch_flash')):>15} | "
@@ -631,11 +653,10 @@ def markdown(doc):
                 f"{_check(r)} |")
     alt = tile_rows(rows)
     if alt:
-        lines += ["", f"D = 128 tiles: flashattn as built (128x32 unless {TILE_ENV} says "
-                  f"otherwise) and with {TILE_ENV}={ALT_TILE}; ratios are speed ratios (> 1: "
-                  f"{ALT_TILE} faster).", "",
-                  f"| S | causal | 128x32 TFLOP/s | {ALT_TILE} TFLOP/s | {ALT_TILE} vs flash | "
-                  f"{ALT_TILE} / 128x32 | check |", "|---:|:---:|---:|---:|---:|---:|---|"]
+        tile, other = tile_names(alt)
+        lines += ["", tile_title(alt) + ".", "",
+                  f"| S | causal | {tile} TFLOP/s | {other} TFLOP/s | {other} vs flash | "
+                  f"{other} / {tile} | check |", "|---:|:---:|---:|---:|---:|---:|---|"]
         for r in alt:
             lines.append(f"| {r['S']} | {int(r['causal'])} | {_tf(r, 'flashattn')} | "
                          f"{_tf(r, ALT)} | {_ratio(r.get('alt_ratio_vs_torch_flash'))} | "

@@ -18,12 +18,14 @@
  * (kBlockM x kBlockN):
  *   kD = 32, 64: 128x128, FA2's for D = 64 (80 KB smem)
  *   kD = 96: 128x64, FA2's (96 KB smem); O (96) + S (64) fp32 a thread, like 128x32 at D = 128
- *   kD = 128: 32 keys (64 KB smem) by default: it fits the 255 registers without spills. Or 64
- *            keys, FA2's 128x64 tile on A100 and H100 (96 KB smem: 2 CTAs an SM on sm_90, one
- *            on A100), where O (128) + S (64) fp32 a thread make ptxas spill a few loop-invariant
- *            words, but the per-block work (barrier, loads of Q, softmax, O's rescale) is
- *            spread over twice the MMAs. Which is faster is the GPU's to say: FA_CUDA_TILE_D128
- *            picks one (plugin.cu), and bench/gpu_bench.py times both.
+ *   kD = 128: 64 keys on sm_90 and later, 32 before (fa__mma_d128_block_n). 128x64 is FA2's
+ *            tile on A100 and H100: O (128) + S (64) fp32 a thread fit the 255 registers
+ *            without spills on sm_90, and the per-block work (barrier, softmax, O's rescale,
+ *            address arithmetic) is spread over twice the MMAs: 3.0 instructions an HMMA
+ *            against 3.5 (bench/results/2026-12-06-cuda-loop-addresses.md). Its 96 KB of smem
+ *            (K/V double-buffered) allow 2 CTAs an SM on sm_90 but one on A100, where 128x32
+ *            (64 KB) has two. Static counts, not timings: FA_CUDA_TILE_D128 picks either
+ *            (plugin.cu), and bench/gpu_bench.py times both.
  *   kD = 160 .. 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 244 registers without spills
  *            at D = 256. FA2 uses 64x64 with 4 warps or 128x64 with 8 there; double-buffered K/V
  *            at 64 keys would take 160 KB, one CTA an SM.
@@ -523,10 +525,10 @@ int fa__mma_supported(const fa__problem *p, int sm) {
            (nqb == 0 || p->B * p->H <= INT32_MAX / nqb);
 }
 
-int fa__mma_d128_block_n(const char *tile) {
-    if (!tile || !*tile || strcmp(tile, "128x32") == 0)
-        return 32;
-    return strcmp(tile, "128x64") == 0 ? 64 : 0;
+int fa__mma_d128_block_n(const char *tile, int sm) {
+    if (!tile || !*tile)
+        return sm >= 90 ? 64 : 32;
+    return strcmp(tile, "128x32") == 0 ? 32 : strcmp(tile, "128x64") == 0 ? 64 : 0;
 }
 
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,

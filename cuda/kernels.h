@@ -41,9 +41,10 @@ int fa__mma_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream);
 
-/* The D = 128 key block that tile names: NULL or "" (the default) and "128x32" give 32,
- * "128x64" gives 64, anything else 0. */
-int fa__mma_d128_block_n(const char *tile);
+/* The D = 128 key block on a device of compute capability sm, tile being FA_CUDA_TILE_D128:
+ * "128x32" gives 32, "128x64" 64, NULL or "" the default (64 on sm_90 and later, 32 before),
+ * anything else 0. */
+int fa__mma_d128_block_n(const char *tile, int sm);
 
 #ifdef __cplusplus
 }

@@ -260,10 +260,11 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
     }
     /* Read at every call, so that one process (bench/gpu_bench.py) can time both tiles. */
     const char *tile = getenv("FA_CUDA_TILE_D128");
-    const int d128_block_n = fa__mma_d128_block_n(tile);
-    if (d128_block_n == 0) {
+    if (fa__mma_d128_block_n(tile, 0) == 0) {
         snprintf(msg, cap,
-                 "FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 (the default) or 128x64", tile);
+                 "FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 or 128x64 (unset: 128x64 on "
+                 "sm_90 and later, 128x32 before)",
+                 tile);
         return FA_ERR_VALUE;
     }
     fa_saved_device prev;
@@ -274,7 +275,8 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
     else
-        st = run_forward(p, device, sm, d128_block_n, (cudaStream_t)stream, msg, cap);
+        st = run_forward(p, device, sm, fa__mma_d128_block_n(tile, sm), (cudaStream_t)stream, msg,
+                         cap);
     leave_device(device, &prev);
     return st;
 }

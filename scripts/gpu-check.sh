@@ -20,9 +20,9 @@
 #                  GPU tests must run, not skip)
 #   bench          python3 bench/gpu_bench.py --time-budget 240 --json .. --md .. (first the
 #                  run's ceilings: fa_cuda_peak's mma.sync and ex2 rates, built next to the
-#                  library, and a cuBLAS matmul; at D = 128 it also times
-#                  FA_CUDA_TILE_D128=128x64, the kernel's other tile, and prints a "D = 128
-#                  tiles" table after the main one)
+#                  library, and a cuBLAS matmul; at D = 128 it also times the kernel's other
+#                  tile (FA_CUDA_TILE_D128=128x32 on sm_90, whose default is 128x64), and
+#                  prints a "D = 128 tiles" table after the main one)
 #
 # Files in the log folder: gpu-check.log (every step's full output), gpu-bench.json,
 # gpu-bench.md, summary.txt (the table printed last). Exit status: 0 when every step passed.

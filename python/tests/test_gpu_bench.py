@@ -31,6 +31,7 @@ def record(gb, S, D, causal, fa_ms, flash_ms, alt_ms=None, err=1e-3, alt_err=1e-
     rec["ratio_vs_torch_flash"] = flash_ms / fa_ms
     rec["ratio_vs_cudnn"] = None
     if alt_ms is not None:
+        rec["tiles"] = {"flashattn": "128x64", gb.ALT: "128x32"}  # bench_config's, on sm_90
         rec["check"][gb.ALT] = alt_err
         rec["alt_ratio_vs_torch_flash"] = flash_ms / alt_ms
         rec["alt_speedup"] = fa_ms / alt_ms
@@ -45,7 +46,8 @@ def test_tile_table_and_report(gb):
             record(gb, 4096, 128, True, 2.0, 2.2, alt_ms=2.5)]
     text = gb.tile_table(rows)
     lines = text.splitlines()
-    assert "FA_CUDA_TILE_D128=128x64" in lines[0]
+    assert "as run above (128x64) and with FA_CUDA_TILE_D128=128x32" in lines[0]
+    assert lines[1].split()[3:8] == ["128x64", "TF/s", "|", "128x32", "TF/s"]
     assert len(lines) == 3 + 2  # title, head, rule, the two D = 128 rows
     assert lines[3].split() == ["2048", "0", "|", "%.1f" % rows[1]["backends"]["flashattn"]
                                 ["tflops"], "|", "%.1f" % rows[1]["backends"][gb.ALT]["tflops"],
@@ -60,6 +62,19 @@ def test_tile_table_and_report(gb):
     assert "| 2048 | 0 | %.1f | %.1f | 1.19x | 1.25x | ok 1.0e-03 |" % (
         rows[1]["backends"]["flashattn"]["tflops"], rows[1]["backends"][gb.ALT]["tflops"]) in md
     assert "| 0.88x | 0.80x | ok 1.0e-03 |" in md
+    assert "| S | causal | 128x64 TFLOP/s | 128x32 TFLOP/s | 128x32 vs flash | 128x32 / 128x64 |" \
+        in md
+
+
+def test_d128_tiles(gb):
+    """The tile flashattn runs at D = 128 and the other one: the plug-in's default by
+    capability (fa__mma_d128_block_n), or the one FA_CUDA_TILE_D128 names."""
+    assert gb.d128_tiles((9, 0), None) == ("128x64", "128x32")
+    assert gb.d128_tiles((10, 0), "") == ("128x64", "128x32")
+    assert gb.d128_tiles((8, 0), None) == ("128x32", "128x64")
+    assert gb.d128_tiles((8, 9), None) == ("128x32", "128x64")
+    assert gb.d128_tiles((9, 0), "128x32") == ("128x32", "128x64")
+    assert gb.d128_tiles((8, 0), "128x64") == ("128x64", "128x32")
 
 
 def test_verdict(gb):

@@ -14,7 +14,7 @@
 // quick, and sweep SEED N (N random configurations). Head dims: every kernel (kD = 32, 64, ...,
 // 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128
 // configurations (D in 97..128) run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's
-// two tiles).
+// two tiles); every suite first checks fa__mma_d128_block_n's answers.
 #include "emu.h"
 #include "fwd_mma_emu.cu"
 
@@ -293,6 +293,27 @@ static std::string describe(const Cfg &c) {
     return buf;
 }
 
+/* fa__mma_d128_block_n: FA_CUDA_TILE_D128's two names, the default by compute capability (64
+ * keys from sm_90 on), and 0 for anything else. Returns the number of wrong answers. */
+static int check_tile_names() {
+    static const struct {
+        const char *tile;
+        int sm, block_n;
+    } cases[] = {{nullptr, 90, 64},  {"", 100, 64},      {nullptr, 89, 32},  {"", 80, 32},
+                 {"128x32", 90, 32}, {"128x64", 80, 64}, {"128x64", 90, 64}, {"128x48", 90, 0},
+                 {"128X64", 90, 0},  {"128x64 ", 80, 0}, {"64", 90, 0}};
+    int wrong = 0;
+    for (const auto &c : cases) {
+        const int got = fa__mma_d128_block_n(c.tile, c.sm);
+        if (got != c.block_n) {
+            printf("FAIL: fa__mma_d128_block_n(%s, %d) = %d, expected %d\n",
+                   c.tile ? c.tile : "NULL", c.sm, got, c.block_n);
+            wrong++;
+        }
+    }
+    return wrong;
+}
+
 int main(int argc, char **argv) {
     std::vector<Cfg> cfgs;
     auto add = [&](Cfg c) { cfgs.push_back(c); };
@@ -457,7 +478,7 @@ int main(int argc, char **argv) {
             c.bn = 64;
             cfgs.push_back(c);
         }
-    int fails = 0;
+    int fails = check_tile_names();
     for (auto &c : cfgs) {
         printf("%s\n", describe(c).c_str());
         fflush(stdout);
