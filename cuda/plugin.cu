@@ -258,7 +258,8 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
                  "not supported on CUDA");
         return FA_ERR_UNSUPPORTED;
     }
-    /* Read at every call, so that one process (bench/gpu_bench.py) can time both tiles. */
+    /* Read at every call, so that one process (bench/gpu_bench.py) can time both tiles, and
+     * checked before any device call (a malformed name gives 0 whatever the sm). */
     const char *tile = getenv("FA_CUDA_TILE_D128");
     if (fa__mma_d128_block_n(tile, 0) == 0) {
         snprintf(msg, cap,
