@@ -38,8 +38,9 @@
  *     cp.async K(n-1), V(n-1)  into the other stage, landing while this block runs
  *     S = Q K(n)ᵀ              mma.sync m16n8k16, ldmatrix.x4 for Q and K
  *     softcap, ALiBi, mask     (the mask only on blocks that straddle the band's edge)
- *     online softmax           exp2 domain, row max over the quad; O's rescale by alpha, per
- *                              m16 tile, skipped where no row of the tile has a new max
+ *     online softmax           exp2 domain, row max over the quad; O's rescale by alpha, by
+ *                              8 rows (g or g + 8 of an m16 tile), skipped where none of them
+ *                              has a new max
  *     O += P V(n)              P from S's registers, ldmatrix.x4.trans for V
  *   out = O / l with 16-byte stores staged through the warp's own Q rows, lse = (m + log2 l) ln 2
  * A row that sees no key (l = 0) gets out = 0 and lse = -inf.
@@ -358,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         // P: [kWarpRows, kBlockN] per warp, S's C fragments packed as f16x2/bf16x2
         uint32_t p[kMT][kNT][2];
         float alpha[kMT][2]; // O's rescale factor per row
-        bool rescale[kMT] = {}; // some row of m16 tile mt grew
+        bool grew_row[kMT][2]; // row g or g+8 of m16 tile mt has a new max
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -373,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 const float m_use = mx == -INFINITY ? 0.0f : mx * mult;
                 const bool grew = mx != row_m[mt][hf]; // growing from -inf: alpha = 2^-inf = 0
                 alpha[mt][hf] = grew ? fa_exp2(row_m[mt][hf] * mult - m_use) : 1.0f;
-                rescale[mt] |= grew;
+                grew_row[mt][hf] = grew;
                 row_m[mt][hf] = mx;
                 float sum = 0.0f; // l takes the fp32 P, P V the rounded one
 #pragma unroll
@@ -386,15 +387,19 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 row_l[mt][hf] = row_l[mt][hf] * alpha[mt][hf] + sum;
             }
         }
+        /* O's rows g (hf = 0) or g + 8 (hf = 1) of tile mt, 8 rows over the warp, rescaled
+         * only where one of them grew: every alpha of the others is 1. */
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
-            if (__any_sync(0xffffffffu, rescale[mt])) { // else every alpha of the m16 tile is 1
 #pragma unroll
-                for (int dt = 0; dt < kDT; ++dt)
+            for (int hf = 0; hf < 2; ++hf)
+                if (__any_sync(0xffffffffu, grew_row[mt][hf])) {
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        acc_o[mt][dt][e] *= alpha[mt][e / 2];
-            }
+                    for (int dt = 0; dt < kDT; ++dt) {
+                        acc_o[mt][dt][2 * hf] *= alpha[mt][hf];
+                        acc_o[mt][dt][2 * hf + 1] *= alpha[mt][hf];
+                    }
+                }
 
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
