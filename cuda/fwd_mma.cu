@@ -247,17 +247,18 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         }
     }
 
+    const int j_last = max(n_end - 1, 0) * kBlockN; // the last block's first key (0: empty band)
     if (n_end > n_min) {
         fa_load_tile<kBlockM, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
-        const int j0 = (n_end - 1) * kBlockN;
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j0 * prm.k_ss, prm.k_ss, sk - j0, prm.dch, tid);
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j0 * prm.v_ss, prm.v_ss, sk - j0,
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j_last * prm.k_ss, prm.k_ss, sk - j_last,
                                   prm.dch, tid);
+        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j_last * prm.v_ss, prm.v_ss,
+                                  sk - j_last, prm.dch, tid);
         fa_cp_async_commit();
     }
     /* This thread's sources in K(n) and V(n), stepped back a block before each load of the next
-     * block (all whole: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk). */
-    const int64_t j_last = max(n_end - 1, 0) * kBlockN; // 0: an empty band, never read
+     * block (all whole: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk); never read when the
+     * band is empty. */
     const char *kn = fa_block_src<kW>(k + j_last * prm.k_ss, prm.k_ss, prm.dch, tid);
     const char *vn = fa_block_src<kW>(v + j_last * prm.v_ss, prm.v_ss, prm.dch, tid);
     for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
