@@ -151,5 +151,57 @@ cp "$TMP/ext_abi1.so" "$TMP/bent.so"
 printf '\377\377\377\377' | dd of="$TMP/bent.so" bs=1 seek=40 conv=notrunc 2> /dev/null
 "$FA" doctor --so "$TMP/bent.so" > "$TMP/b.out" 2>&1; [ $? -eq 1 ] && ok || bad "section headers out of range"
 
+# names read from the file reach the terminal cleaned as explain cleans a log: an OSC
+# title-setting sequence and a clear-screen CSI in a DT_NEEDED entry and in an undefined
+# symbol's name. The objects are built with marker names, then the markers are overwritten in
+# place with escape sequences of the same length.
+scenario=escapes
+cat > "$TMP/patch.cpp" <<'EOF'
+#include <cstdio>
+#include <cstring>
+#include <string>
+// patch IN OUT MARKER BYTES: every MARKER in IN replaced by BYTES (same length), into OUT
+int main(int argc, char **argv) {
+    if (argc != 5 || std::strlen(argv[3]) != std::strlen(argv[4])) return 2;
+    std::FILE *f = std::fopen(argv[1], "rb");
+    if (!f) return 2;
+    std::string d;
+    char buf[65536];
+    size_t n, hits = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) d.append(buf, n);
+    std::fclose(f);
+    for (size_t at = d.find(argv[3]); at != std::string::npos; at = d.find(argv[3], at + 1), hits++)
+        d.replace(at, std::strlen(argv[4]), argv[4]);
+    f = std::fopen(argv[2], "wb");
+    if (!f || std::fwrite(d.data(), 1, d.size(), f) != d.size() || std::fclose(f) != 0) return 2;
+    return hits ? 0 : 1;
+}
+EOF
+echo 'extern "C" void other() {}' > "$TMP/marklib.cpp"
+echo 'extern "C" void SYMBOLMARKER_ABCDEFGH(); extern "C" void entry() { SYMBOLMARKER_ABCDEFGH(); }' > "$TMP/markext.cpp"
+mkdir -p "$TMP/mark"
+if "$CXX" -O1 -o "$TMP/patch" "$TMP/patch.cpp" &&
+    "$CXX" -shared -fPIC -o "$TMP/mark/libNEEDEDMARKER_ABCDEFGH.so" "$TMP/marklib.cpp" \
+        -Wl,-soname=libNEEDEDMARKER_ABCDEFGH.so &&
+    "$CXX" -shared -fPIC -o "$TMP/markext.so" "$TMP/markext.cpp" -L"$TMP/mark" \
+        -Wl,--no-as-needed -lNEEDEDMARKER_ABCDEFGH &&
+    "$TMP/patch" "$TMP/markext.so" "$TMP/esc1.so" NEEDEDMARKER_ABCDEFGH "$(printf '\033]0;PWNED\007\033[2J_EVIL__')" &&
+    "$TMP/patch" "$TMP/esc1.so" "$TMP/esc.so" SYMBOLMARKER_ABCDEFGH "$(printf 'sym\033[31mRED\033]2;T\007xxxx')"; then
+    # the number of control bytes other than newline and TAB in a file
+    ctl() { LC_ALL=C tr -d '\n\t\040-\176\200-\377' < "$1" | wc -c | tr -d ' '; }
+    out=$TMP/esc.out
+    "$FA" doctor --so "$TMP/esc.so" > "$out" 2>&1
+    [ "$(ctl "$out")" = 0 ] && ok || { bad "control bytes reach the terminal:"; od -c "$out" | grep '033' | head -5; }
+    has "lib0;PWNED?_EVIL__.so"
+    has "symRED2;T?xxxx"
+    out=$TMP/esc.json
+    "$FA" doctor --so "$TMP/esc.so" --json > "$out" 2>&1
+    [ "$(ctl "$out")" = 0 ] && ok || bad "control bytes in the JSON"
+    has '"name": "lib\u001b]0;PWNED\u0007\u001b[2J_EVIL__.so"'
+    has '"symbol": "sym\u001b[31mRED\u001b]2;T\u0007xxxx"'
+else
+    bad "cannot build or patch the objects with escape sequences"
+fi
+
 echo "test_elf: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -27,6 +27,7 @@
 #include "findings.h"
 #include "flashattn.h"
 #include "json.h"
+#include "logread.h"
 #include "releases.h"
 #include "verutil.h"
 
@@ -1052,9 +1053,33 @@ static void print_facts(FILE *o, const fa_env *e, int skipped_python) {
 
 /* ---- --so ------------------------------------------------------------------------------------ */
 
+/* The report's strings made safe for a terminal, as explain shows a log (logread.h): the names
+ * it holds were read from the module and its libraries (needed libraries, run paths, symbols,
+ * version names) and may contain escape sequences. */
+static void clean_report(ext_report *rep, char *verdict, size_t vcap) {
+    int i;
+    logr_clean(rep->path, sizeof rep->path, rep->path);
+    logr_clean(rep->error, sizeof rep->error, rep->error);
+    logr_clean(rep->machine, sizeof rep->machine, rep->machine);
+    logr_clean(rep->torch_lib, sizeof rep->torch_lib, rep->torch_lib);
+    logr_clean(rep->glibc_needed, sizeof rep->glibc_needed, rep->glibc_needed);
+    logr_clean(rep->glibcxx_needed, sizeof rep->glibcxx_needed, rep->glibcxx_needed);
+    logr_clean(rep->cxxabi_needed, sizeof rep->cxxabi_needed, rep->cxxabi_needed);
+    for (i = 0; i < rep->nlibs; i++) {
+        logr_clean(rep->libs[i].name, sizeof rep->libs[i].name, rep->libs[i].name);
+        logr_clean(rep->libs[i].path, sizeof rep->libs[i].path, rep->libs[i].path);
+    }
+    for (i = 0; i < rep->n_shown; i++) {
+        ext_missing *m = &rep->missing[i];
+        logr_clean(m->mangled, sizeof m->mangled, m->mangled);
+        logr_clean(m->demangled, sizeof m->demangled, m->demangled);
+    }
+    logr_clean(verdict, vcap, verdict);
+}
+
 static int run_so(const char *path, const char *const *dirs, int ndirs, int json) {
     ext_report *rep = calloc(1, sizeof *rep);
-    char verdict[512];
+    char verdict[512], shown[4096];
     int i, bad;
     if (!rep) {
         fprintf(stderr, "flashattn doctor: out of memory\n");
@@ -1096,7 +1121,8 @@ static int run_so(const char *path, const char *const *dirs, int ndirs, int json
         jkv_str(stdout, "verdict", verdict, 1);
         printf("}\n");
     } else {
-        printf("module:   %s\n", path);
+        clean_report(rep, verdict, sizeof verdict);
+        printf("module:   %s\n", logr_clean(shown, sizeof shown, path));
         if (!rep->ok) {
             printf("[✗] cannot read it: %s\n", rep->error);
         } else {

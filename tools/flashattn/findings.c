@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "logread.h"
 #include "textwrap.h"
 
 finding *find_add(findings *f, const char *section, const char *id, int status, const char *fmt,
@@ -83,10 +84,13 @@ static const char *colour(int status) {
     return status == FIND_OK ? "\033[32m" : status == FIND_WARN ? "\033[33m" : "\033[31m";
 }
 
+/* The text of a finding holds what the probes read (Python's error messages, an extension's
+ * symbol names): it is shown as explain shows a log (logread.h), escape sequences removed. */
 void find_print_text(const findings *f, FILE *out, int color, int verbose) {
     const char *section = NULL;
     size_t i;
     int ok, warn, problem, k;
+    char text[sizeof f->items[0].fix];
     for (i = 0; i < f->n; i++) {
         const finding *x = &f->items[i];
         if (!section || strcmp(section, x->section) != 0) {
@@ -94,11 +98,11 @@ void find_print_text(const findings *f, FILE *out, int color, int verbose) {
             fprintf(out, "\n%s%s%s\n", color ? "\033[1m" : "", section, color ? "\033[0m" : "");
         }
         fprintf(out, "%s%s%s %s\n", color ? colour(x->status) : "", mark(x->status),
-                color ? "\033[0m" : "", x->title);
+                color ? "\033[0m" : "", logr_clean(text, sizeof text, x->title));
         for (k = 0; k < x->n_evidence && (verbose || x->status != FIND_OK || k < 4); k++)
-            wrap_print(out, "    • ", "      ", x->evidence[k], 100);
+            wrap_print(out, "    • ", "      ", logr_clean(text, sizeof text, x->evidence[k]), 100);
         if (x->fix[0])
-            wrap_print(out, "    fix: ", "         ", x->fix, 100);
+            wrap_print(out, "    fix: ", "         ", logr_clean(text, sizeof text, x->fix), 100);
     }
     find_count(f, &ok, &warn, &problem);
     if (!problem && !warn)

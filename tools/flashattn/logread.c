@@ -2,7 +2,8 @@
 /*
  * logread.c — bounded line reader for logs (see logread.h). One pass over the bytes: split on
  * "\n" / "\r\n" / "\r", drop ANSI CSI escapes (ESC [ ... final byte) and other ESC pairs, map
- * the remaining control bytes except TAB to '?', keep at most max_line bytes of each line.
+ * the remaining control bytes except TAB to '?' (logr_clean_byte, which the commands also use for
+ * strings read from other files), keep at most max_line bytes of each line.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -84,8 +85,44 @@ static void keep(logr *r, unsigned char c) {
         r->truncated = 1;
 }
 
+int logr_clean_byte(int *esc, unsigned char c) {
+    if (*esc == 1) { /* after ESC: '[' starts a CSI sequence, anything else ends it */
+        *esc = c == '[' ? 2 : 0;
+        return -1;
+    }
+    if (*esc == 2) { /* CSI: parameters until a final byte 0x40-0x7e */
+        if (c >= 0x40 && c <= 0x7e)
+            *esc = 0;
+        return -1;
+    }
+    if (c == 0x1b) {
+        *esc = 1;
+        return -1;
+    }
+    if ((c < 0x20 && c != '\t') || c == 0x7f)
+        return '?';
+    return c;
+}
+
+char *logr_clean(char *dst, size_t cap, const char *src) {
+    const unsigned char *s = (const unsigned char *)src;
+    size_t n = 0;
+    int esc = 0;
+    if (!cap)
+        return dst;
+    if (!src)
+        s = (const unsigned char *)"";
+    for (; *s && n + 1 < cap; s++) {
+        int k = logr_clean_byte(&esc, *s);
+        if (k >= 0)
+            dst[n++] = (char)k;
+    }
+    dst[n] = '\0';
+    return dst;
+}
+
 int logr_next(logr *r, const char **line, size_t *len) {
-    int any = 0;
+    int any = 0, k;
     r->len = 0;
     r->truncated = 0;
     r->esc = 0;
@@ -107,22 +144,9 @@ int logr_next(logr *r, const char **line, size_t *len) {
             goto done;
         }
         any = 1;
-        if (r->esc == 1) { /* after ESC: '[' starts a CSI sequence, anything else ends it */
-            r->esc = c == '[' ? 2 : 0;
-            continue;
-        }
-        if (r->esc == 2) { /* CSI: parameters until a final byte 0x40-0x7e */
-            if (c >= 0x40 && c <= 0x7e)
-                r->esc = 0;
-            continue;
-        }
-        if (c == 0x1b) {
-            r->esc = 1;
-            continue;
-        }
-        if ((c < 0x20 && c != '\t') || c == 0x7f)
-            c = '?';
-        keep(r, c);
+        k = logr_clean_byte(&r->esc, c);
+        if (k >= 0)
+            keep(r, (unsigned char)k);
     }
 done:
     if (!any)

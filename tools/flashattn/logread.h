@@ -5,6 +5,10 @@
  * are removed; other control bytes (NUL included) become '?'. A line longer than the cap keeps
  * its first `max_line` bytes and is flagged truncated; the rest is skipped without being stored,
  * so a 100 MB log of 1 MB lines needs only the 64 KiB read buffer plus one capped line.
+ *
+ * The same cleaning (logr_clean_byte, logr_clean) is how every command shows bytes that came
+ * from a file it read (a log, an ELF file's library and symbol names) on a terminal: nothing
+ * from the file can move the cursor, clear the screen or set the window title.
  */
 #ifndef FA_TOOLS_LOGREAD_H
 #define FA_TOOLS_LOGREAD_H
@@ -45,5 +49,16 @@ int logr_init_mem(logr *r, const void *data, size_t size, size_t max_line);
 int logr_next(logr *r, const char **line, size_t *len);
 
 void logr_free(logr *r);
+
+/* One byte of a line as shown on a terminal: an ANSI CSI sequence (ESC [ ... final byte
+ * 0x40-0x7e) and any other ESC pair are dropped, the other control bytes (0x00-0x1f except TAB,
+ * and 0x7f) become '?'. *esc carries the escape state from byte to byte (0 at the start of a
+ * line). Returns the byte to keep, or -1 to drop it. */
+int logr_clean_byte(int *esc, unsigned char c);
+
+/* src (NULL: "") cleaned that way, '\n' and '\r' becoming '?' too, into dst: cap bytes,
+ * NUL-terminated, cut at cap - 1 bytes, nothing written when cap is 0. dst may be src (the
+ * cleaned text is never longer). Returns dst. */
+char *logr_clean(char *dst, size_t cap, const char *src);
 
 #endif /* FA_TOOLS_LOGREAD_H */
