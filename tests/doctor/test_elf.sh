@@ -203,5 +203,24 @@ else
     bad "cannot build or patch the objects with escape sequences"
 fi
 
+# a FIFO (opening one waits for a writer), a directory and a device: refused at once, by type
+scenario=file-types
+mkfifo "$TMP/fifo"
+out=$TMP/fifo.out
+timeout 20 "$FA" doctor --so "$TMP/fifo" > "$out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && ok || bad "a FIFO: exit $rc (124: it blocked)"
+has "a FIFO (named pipe), not a regular file"
+out=$TMP/dir.out
+timeout 20 "$FA" doctor --so "$TMP" > "$out" 2>&1
+[ $? -eq 1 ] && ok || bad "a directory: exit status"
+has "a directory, not a regular file"
+if [ -c /dev/null ]; then
+    out=$TMP/dev.out
+    timeout 20 "$FA" doctor --so /dev/null > "$out" 2>&1
+    [ $? -eq 1 ] && ok || bad "a device: exit status"
+    has "a character device, not a regular file"
+fi
+
 echo "test_elf: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -440,19 +440,42 @@ int elfr_parse_mem(const void *data, size_t size, elfr_file *out) {
     return parse(&s, out);
 }
 
+/* What a file that is not a regular one is, for the message. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO (named pipe)";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "a special file";
+}
+
 int elfr_open(const char *path, elfr_file *out) {
     elfr_src s;
     struct stat stt;
     int r;
     memset(out, 0, sizeof *out);
     s.mem = NULL;
-    s.fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO with no writer would wait forever (and a device could); the
+     * type is checked before anything is read, and a regular file reads the same either way. */
+    s.fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
     if (s.fd < 0) {
         set_error(out, "%s: %s", path, strerror(errno));
         return -1;
     }
-    if (fstat(s.fd, &stt) != 0 || !S_ISREG(stt.st_mode)) {
-        set_error(out, "%s: not a regular file", path);
+    if (fstat(s.fd, &stt) != 0) {
+        set_error(out, "%s: %s", path, strerror(errno));
+        close(s.fd);
+        return -1;
+    }
+    if (!S_ISREG(stt.st_mode)) {
+        set_error(out, "%s: %s, not a regular file (an ELF shared object is one)", path,
+                  file_kind(stt.st_mode));
         close(s.fd);
         return -1;
     }

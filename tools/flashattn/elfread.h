@@ -50,7 +50,8 @@ typedef struct elfr_file {
 
 /* Reads `path`. Returns 0 when the file is an ELF64 LE object whose dynamic tables were read
  * (some may be absent), -1 otherwise; in both cases out->error says what went wrong, if
- * anything, and elfr_free(out) must be called. */
+ * anything, and elfr_free(out) must be called. Anything but a regular file (a FIFO, a
+ * directory, a device) is refused at once, without waiting for a writer. */
 int elfr_open(const char *path, elfr_file *out);
 
 /* The same for an image in memory (tests and the fuzzer). */
