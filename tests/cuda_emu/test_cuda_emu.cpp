@@ -10,26 +10,48 @@
 //
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
-// is. Suites (arguments; default: basic features edge long): basic, features, edge, long,
-// quick, and sweep SEED N (N random configurations). Head dims: every kernel (kD = 32, 64, ...,
-// 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128
-// configurations (D in 97..128) run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's
-// two tiles); every suite first checks fa__mma_d128_block_n's answers.
+// is. Suites (arguments; default: basic features edge long nonfinite): basic, features, edge,
+// long, quick, nonfinite, and sweep SEED N (N random configurations). Head dims: every kernel
+// (kD = 32, 64, ..., 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112, 200,
+// 248). The kD = 128 configurations (D in 97..128) run twice, with key blocks of 32 and of 64
+// (FA_CUDA_TILE_D128's two tiles); every suite first checks fa__mma_d128_block_n's answers.
+//
+// nonfinite plants NaN and infinities in q, k and v and holds both kernels, this one and the
+// stage-1 kernel (cuda/fwd_simple.cu, copied the same way; fp32/fp16/bf16), to the non-finite
+// rule of docs/semantics.md; it ends with a table of kernel x dtype x case.
 #include "emu.h"
 #include "fwd_mma_emu.cu"
+#include "fwd_simple_emu.cu"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <random>
 #include <string>
+
+/* A non-finite value (or a finite one) planted in q, k or v before the call: element d of row
+ * `row` (varlen: the packed row) of head h in batch b. pos_col: first make column d of the other
+ * operand (k for a q plant, q for a k plant) positive everywhere, so that a -Inf plant gives a
+ * score of -Inf (not a NaN or +Inf from mixed signs). */
+struct Plant {
+    char t; // 'q', 'k' or 'v'
+    int b, row, h, d;
+    float val;
+    bool pos_col;
+};
 
 struct Cfg {
     int B = 1, H = 2, Hk = 2, D = 64, Sq = 1, Sk = 1;
     bool bf = false, causal = false, lse = true;
+    bool f32 = false;    // fp32 inputs (the stage-1 kernel only)
+    bool simple = false; // run the stage-1 kernel (fwd_simple.cu), not the tensor-core one
     int wl = -1, wr = -1;
     float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
     int bn = 32;             // kD = 128: the key block (32 or 64; main runs both)
+    std::vector<Plant> plants;
+    const char *nf_case = nullptr; // the non-finite suite's case name (table rows)
 };
 
 /* basic: every kernel, at its own D and padded; the other suites: a shorter list that still
@@ -40,7 +62,7 @@ static const std::vector<int> k_dims = {32, 64, 80, 96, 128, 160, 200, 256};
 
 static std::mt19937 rng(1234);
 
-static int run(const Cfg &c, double *max_err_out) {
+static int run(const Cfg &c) {
     const bool varlen = !c.lq.empty();
     const int B = varlen ? (int)c.lq.size() : c.B;
     std::vector<int32_t> cu_q(B + 1, 0), cu_k(B + 1, 0);
@@ -67,23 +89,47 @@ static int run(const Cfg &c, double *max_err_out) {
     mkview(c.H, varlen ? totq : c.Sq, qsb, qss, qsh, nq);
     mkview(c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh, nk);
     mkview(c.H, varlen ? totq : c.Sq, osb, oss, osh, no);
-    auto alloc16 = [](size_t n) {
-        return (uint16_t *)aligned_alloc(256, ((n * 2 + 255) / 256) * 256);
-    };
-    uint16_t *q = alloc16(nq), *k = alloc16(nk), *v = alloc16(nk);
+    /* Elements of es bytes: fp32, or fp16/bf16 bits. */
+    const size_t es = c.f32 ? 4 : 2;
+    auto alloc = [&](size_t n) { return (char *)aligned_alloc(256, ((n * es + 255) / 256) * 256); };
+    char *q = alloc(nq), *k = alloc(nk), *v = alloc(nk);
     const size_t canary = 128;
-    uint16_t *obuf = alloc16(no + 2 * canary), *o = obuf + canary;
+    char *obuf = alloc(no + 2 * canary), *o = obuf + canary * es;
+    auto bits = [&](const char *x, size_t i) -> uint32_t {
+        if (c.f32) {
+            uint32_t u;
+            memcpy(&u, x + 4 * i, 4);
+            return u;
+        }
+        return ((const uint16_t *)x)[i];
+    };
+    auto set_bits = [&](char *x, size_t i, uint32_t u) {
+        if (c.f32)
+            memcpy(x + 4 * i, &u, 4);
+        else
+            ((uint16_t *)x)[i] = (uint16_t)u;
+    };
+    auto cvt = [&](float x) -> uint32_t {
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        return c.f32 ? u : c.bf ? emu::f2bf(x) : emu::f2h(x);
+    };
+    auto put = [&](char *x, size_t i, float f) { set_bits(x, i, cvt(f)); };
+    auto get = [&](const char *x, size_t i) -> double {
+        const uint32_t u = bits(x, i);
+        float f;
+        memcpy(&f, &u, 4);
+        return c.f32 ? (double)f : (double)(c.bf ? emu::bf2f((uint16_t)u) : emu::h2f((uint16_t)u));
+    };
     std::uniform_real_distribution<float> U(-1, 1);
-    auto cvt = [&](float x) { return c.bf ? emu::f2bf(x) : emu::f2h(x); };
-    auto val = [&](uint16_t x) { return (double)(c.bf ? emu::bf2f(x) : emu::h2f(x)); };
     for (size_t i = 0; i < nq; ++i)
-        q[i] = cvt(U(rng) * c.mag);
+        put(q, i, U(rng) * c.mag);
     for (size_t i = 0; i < nk; ++i)
-        k[i] = cvt(U(rng) * c.mag), v[i] = cvt(U(rng));
+        put(k, i, U(rng) * c.mag), put(v, i, U(rng));
     /* NaN in every element outside the tensors (stride padding, the tail): a kernel that reads
      * one into a product (columns past D, rows past the end) gets NaN, not a finite error. */
-    const uint16_t gap_nan = c.bf ? 0x7fc0 : 0x7e00;
-    auto poison_gaps = [&](uint16_t *x, size_t n, int H, int rows_per_b, int64_t sb, int64_t ss,
+    const uint32_t gap_nan = c.f32 ? 0x7fc00000u : c.bf ? 0x7fc0u : 0x7e00u;
+    auto poison_gaps = [&](char *x, size_t n, int H, int rows_per_b, int64_t sb, int64_t ss,
                            int64_t sh) {
         std::vector<char> used(n, 0);
         for (int b = 0; b < (varlen ? 1 : B); ++b)
@@ -92,26 +138,56 @@ static int run(const Cfg &c, double *max_err_out) {
                     memset(&used[b * sb + r * ss + h * sh], 1, (size_t)D);
         for (size_t i = 0; i < n; ++i)
             if (!used[i])
-                x[i] = gap_nan;
+                set_bits(x, i, gap_nan);
     };
     poison_gaps(q, nq, c.H, varlen ? totq : c.Sq, qsb, qss, qsh);
     poison_gaps(k, nk, c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh);
     poison_gaps(v, nk, c.Hk, varlen ? totk : c.Sk, ksb, kss, ksh);
-    const uint16_t sentinel = c.bf ? 0x7fc1 : 0x7e01;
+    for (const Plant &pl : c.plants) {
+        char *x = pl.t == 'q' ? q : pl.t == 'k' ? k : v;
+        const int64_t sb = pl.t == 'q' ? qsb : ksb, ss = pl.t == 'q' ? qss : kss,
+                      sh = pl.t == 'q' ? qsh : ksh;
+        if (pl.pos_col) { // column d of the other operand positive, in every row and head
+            char *y = pl.t == 'q' ? k : q;
+            const int64_t ysb = pl.t == 'q' ? ksb : qsb, yss = pl.t == 'q' ? kss : qss,
+                          ysh = pl.t == 'q' ? ksh : qsh;
+            const int rows = pl.t == 'q' ? (varlen ? totk : c.Sk) : (varlen ? totq : c.Sq);
+            const int heads = pl.t == 'q' ? c.Hk : c.H;
+            for (int b = 0; b < (varlen ? 1 : B); ++b)
+                for (int r = 0; r < rows; ++r)
+                    for (int h = 0; h < heads; ++h) {
+                        const size_t at = b * ysb + r * yss + h * ysh + pl.d;
+                        put(y, at, 0.125f + (float)fabs(get(y, at)));
+                    }
+        }
+        put(x, pl.b * sb + (int64_t)pl.row * ss + pl.h * sh + pl.d, pl.val);
+    }
+    const uint32_t sentinel = c.f32 ? 0x7fc00001u : c.bf ? 0x7fc1u : 0x7e01u;
     for (size_t i = 0; i < no + 2 * canary; ++i)
-        obuf[i] = sentinel;
+        set_bits(obuf, i, sentinel);
     // lse: [B, H, Sq] or varlen [H, total_q]; canaries around
     const size_t nl = (size_t)c.H * (varlen ? totq : B * c.Sq);
     std::vector<float> lbuf(nl + 64, NAN);
     float *lse = lbuf.data() + 32;
+    /* lse's NaN poison: a NaN the kernel writes (its non-finite rows) is another NaN */
+    {
+        const uint32_t poison = 0x7fc0dead;
+        for (auto &x : lbuf)
+            memcpy(&x, &poison, 4);
+    }
+    auto lse_untouched = [](float x) {
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        return u == 0x7fc0deadu;
+    };
     std::vector<float> slopes(B * c.H);
     for (int i = 0; i < B * c.H; ++i)
         slopes[i] = c.alibi * (0.5f + (float)(i % 7) / 7.0f);
 
     emu::g_bufs.clear();
-    emu::register_global(q, nq * 2);
-    emu::register_global(k, nk * 2);
-    emu::register_global(v, nk * 2);
+    emu::register_global(q, nq * es);
+    emu::register_global(k, nk * es);
+    emu::register_global(v, nk * es);
 
     fa__problem p;
     memset(&p, 0, sizeof p);
@@ -119,7 +195,7 @@ static int run(const Cfg &c, double *max_err_out) {
     p.cu_q = varlen ? cu_q.data() : nullptr;
     p.cu_k = varlen ? cu_k.data() : nullptr;
     p.total_q = totq, p.total_k = totk;
-    const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+    const int32_t dt = c.f32 ? FA_DTYPE_F32 : c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
     p.q = fa__view{q, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
     p.k = fa__view{k, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
     p.v = fa__view{v, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
@@ -136,16 +212,26 @@ static int run(const Cfg &c, double *max_err_out) {
     p.softcap = c.softcap;
     p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
     p.alibi_sb = c.H, p.alibi_sh = 1;
-    if (!fa__mma_supported(&p, 80)) {
-        printf("  not supported by fa__mma_supported\n");
-        return 1;
-    }
     const long err0 = emu::g_errors;
-    fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
+    if (c.simple) {
+        fa__simple_forward(&p, p.cu_q, p.cu_k, nullptr);
+    } else {
+        if (!fa__mma_supported(&p, 80)) {
+            printf("  not supported by fa__mma_supported\n");
+            return 1;
+        }
+        fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
+    }
 
-    // reference
+    /* The reference, in fp64 on the same inputs, under the non-finite rule (docs/semantics.md):
+     * a NaN or +Inf score among the row's visible keys makes its out and lse NaN; a -Inf score
+     * weighs 0 (times v, as the formula: 0 times a non-finite v is NaN); a row whose visible
+     * scores are all -Inf, or that sees no key, gets out = 0 and lse = -inf; keys the row cannot
+     * see take no part. Where the reference is not finite, out and lse must be the same
+     * (NaN, or the same infinity). */
     double max_err = 0, max_lse_err = 0;
-    long bad_nan = 0, unwritten = 0, n_rows = 0;
+    long bad_nan = 0, unwritten = 0, n_rows = 0, bad_class = 0;
+    long rows_finite = 0, rows_nonfinite = 0; // by what the reference expects of them
     std::vector<char> expect(no, 0);
     std::vector<double> s(maxk + 1);
     for (int b = 0; b < B; ++b) {
@@ -157,53 +243,63 @@ static int run(const Cfg &c, double *max_err_out) {
             const double slope = p.alibi ? slopes[b * c.H + h] : 0;
             for (int i = 0; i < sq; ++i) {
                 n_rows++;
-                const int64_t lo = p.window_left < 0 ? 0 : (int64_t)i + off - p.window_left;
-                const int64_t hi = p.window_right < 0 ? sk : (int64_t)i + off + p.window_right + 1;
+                const int64_t lo =
+                    std::max<int64_t>(p.window_left < 0 ? 0 : (int64_t)i + off - p.window_left, 0);
+                const int64_t hi = std::min<int64_t>(
+                    p.window_right < 0 ? sk : (int64_t)i + off + p.window_right + 1, sk);
                 double m = -INFINITY;
-                const uint16_t *qr = q + b * qsb + (int64_t)(rq + i) * qss + h * qsh;
-                for (int j = 0; j < sk; ++j) {
-                    if (j < lo || j >= hi) {
-                        s[j] = -INFINITY;
-                        continue;
-                    }
-                    const uint16_t *kr = k + b * ksb + (int64_t)(rk + j) * kss + hk * ksh;
+                bool row_nan = false; // a NaN or +Inf score at a visible key
+                const int64_t qrow = b * qsb + (int64_t)(rq + i) * qss + h * qsh;
+                for (int64_t j = lo; j < hi; ++j) {
+                    const int64_t krow = b * ksb + (rk + j) * kss + hk * ksh;
                     double d = 0;
                     for (int e = 0; e < D; ++e)
-                        d += val(qr[e]) * val(kr[e]);
+                        d += get(q, qrow + e) * get(k, krow + e);
                     d *= p.scale;
                     if (c.softcap > 0)
                         d = c.softcap * tanh(d / c.softcap);
                     if (p.alibi)
                         d -= slope * fabs((double)(i + off - j));
                     s[j] = d;
-                    m = std::max(m, d);
+                    if (std::isnan(d) || d == INFINITY)
+                        row_nan = true;
+                    else
+                        m = std::max(m, d);
                 }
                 double l = 0;
                 std::vector<double> acc(D, 0.0);
-                if (m != -INFINITY)
-                    for (int j = 0; j < sk; ++j) {
-                        if (s[j] == -INFINITY)
-                            continue;
-                        const double e = exp(s[j] - m);
+                if (!row_nan && m != -INFINITY)
+                    for (int64_t j = lo; j < hi; ++j) {
+                        const double e = exp(s[j] - m); // 0 at a -Inf score
                         l += e;
-                        const uint16_t *vr = v + b * ksb + (int64_t)(rk + j) * kss + hk * ksh;
+                        const int64_t vrow = b * ksb + (rk + j) * kss + hk * ksh;
                         for (int x = 0; x < D; ++x)
-                            acc[x] += e * val(vr[x]);
+                            acc[x] += e * get(v, vrow + x);
                     }
                 const int64_t orow = b * osb + (int64_t)(rq + i) * oss + h * osh;
+                bool row_finite = !row_nan;
                 for (int x = 0; x < D; ++x) {
                     expect[orow + x] = 1;
-                    const double ref = l > 0 ? acc[x] / l : 0.0;
-                    const uint16_t got = o[orow + x];
-                    if (got == sentinel) {
+                    const double ref = row_nan ? NAN : l > 0 ? acc[x] / l : 0.0;
+                    row_finite = row_finite && std::isfinite(ref);
+                    if (bits(o, orow + x) == sentinel) {
                         if (unwritten++ < 5)
                             printf("  unwritten out: b %d h %d i %d d %d\n", b, h, i, x);
                         continue;
                     }
-                    const double gv = val(got);
-                    if (std::isnan(gv)) {
-                        if (bad_nan++ < 5)
-                            printf("  NaN out: b %d h %d i %d d %d\n", b, h, i, x);
+                    const double gv = get(o, orow + x);
+                    if (!std::isfinite(ref) || !std::isfinite(gv)) {
+                        const bool same = std::isnan(ref) ? std::isnan(gv) : gv == ref;
+                        if (same)
+                            continue;
+                        if (std::isnan(gv) && std::isfinite(ref)) {
+                            if (bad_nan++ < 5)
+                                printf("  NaN out: b %d h %d i %d d %d (ref %g)\n", b, h, i, x,
+                                       ref);
+                        } else if (bad_class++ < 5) {
+                            printf("  non-finite mismatch: b %d h %d i %d d %d got %g ref %g\n", b,
+                                   h, i, x, gv, ref);
+                        }
                         continue;
                     }
                     const double err = fabs(gv - ref);
@@ -213,17 +309,18 @@ static int run(const Cfg &c, double *max_err_out) {
                         printf("  big err: b %d h %d i %d d %d got %g ref %g\n", b, h, i, x, gv,
                                ref);
                 }
+                (row_finite ? rows_finite : rows_nonfinite)++;
                 if (c.lse) {
-                    const double ref = l > 0 ? m + log(l) : -INFINITY;
+                    const double ref = row_nan ? NAN : l > 0 ? m + log(l) : -INFINITY;
                     const float got =
                         lse[b * p.lse_sb + h * p.lse_sh + (int64_t)(rq + i) * p.lse_ss];
                     double e;
-                    if (ref == -INFINITY)
+                    if (std::isnan(ref))
+                        e = std::isnan(got) && !lse_untouched(got) ? 0 : INFINITY;
+                    else if (ref == -INFINITY)
                         e = got == -INFINITY ? 0 : INFINITY;
                     else
-                        e = fabs(got - ref);
-                    if (std::isnan(got))
-                        e = INFINITY;
+                        e = std::isnan(got) ? INFINITY : fabs(got - ref);
                     if (e > max_lse_err) {
                         max_lse_err = e;
                         if (e > 1e-3)
@@ -235,10 +332,10 @@ static int run(const Cfg &c, double *max_err_out) {
     }
     long stray = 0, canary_bad = 0;
     for (size_t i = 0; i < no; ++i)
-        if (!expect[i] && o[i] != sentinel)
+        if (!expect[i] && bits(o, i) != sentinel)
             stray++;
     for (size_t i = 0; i < canary; ++i)
-        canary_bad += (obuf[i] != sentinel) + (o[no + i] != sentinel);
+        canary_bad += (bits(obuf, i) != sentinel) + (bits(o, no + i) != sentinel);
     long lse_stray = 0;
     if (c.lse) {
         // positions the kernel may write: rows inside sequences
@@ -250,29 +347,30 @@ static int run(const Cfg &c, double *max_err_out) {
                     le[b * p.lse_sb + h * p.lse_sh + (rq + i) * p.lse_ss] = 1;
         }
         for (size_t i = 0; i < nl; ++i)
-            if (!le[i] && !std::isnan(lse[i]))
+            if (!le[i] && !lse_untouched(lse[i]))
                 lse_stray++;
         for (int i = 0; i < 32; ++i)
-            lse_stray += !std::isnan(lbuf[i]) + !std::isnan(lbuf[32 + nl + i]);
+            lse_stray += !lse_untouched(lbuf[i]) + !lse_untouched(lbuf[32 + nl + i]);
     } else {
         for (auto x : lbuf)
-            lse_stray += !std::isnan(x);
+            lse_stray += !lse_untouched(x);
     }
     const long emu_errs = emu::g_errors - err0;
     /* |v| <= 1, so |out| <= 1: rounding out to the dtype costs at most half an ulp at 1 (u), and
      * P rounded to the dtype for the PV product at most u * sum(p |v|) / l <= u again; 1e-5 for
-     * the fp32 sums. u = 2^-9 (bf16), 2^-12 (fp16). */
-    const double tol = 2.0 * ldexp(1.0, c.bf ? -9 : -12) + 1e-5;
-    const bool fail = bad_nan || unwritten || stray || canary_bad || lse_stray || emu_errs ||
-                      max_err > tol || max_lse_err > 2e-3;
-    printf("  rows %ld  max|out-ref| %.3e  max|lse-ref| %.3e  NaN %ld unwritten %ld stray %ld "
-           "canary %ld "
-           "lse_stray %ld emu_errors %ld  => %s\n",
-           n_rows, max_err, max_lse_err, bad_nan, unwritten, stray, canary_bad, lse_stray, emu_errs,
-           fail ? "FAIL" : "ok");
+     * the fp32 sums. u = 2^-9 (bf16), 2^-12 (fp16), 0 (fp32 out). */
+    const double tol = (c.f32 ? 0.0 : 2.0 * ldexp(1.0, c.bf ? -9 : -12)) + 1e-5;
+    /* A planted configuration must check both directions: rows the rule makes non-finite and
+     * rows that must come out finite. */
+    const bool one_sided = !c.plants.empty() && (rows_finite == 0 || rows_nonfinite == 0);
+    const bool fail = bad_nan || bad_class || unwritten || stray || canary_bad || lse_stray ||
+                      emu_errs || max_err > tol || max_lse_err > 2e-3 || one_sided;
+    printf("  rows %ld (non-finite %ld)  max|out-ref| %.3e  max|lse-ref| %.3e  NaN %ld "
+           "non-finite mismatch %ld unwritten %ld stray %ld canary %ld lse_stray %ld "
+           "emu_errors %ld%s  => %s\n",
+           n_rows, rows_nonfinite, max_err, max_lse_err, bad_nan, bad_class, unwritten, stray,
+           canary_bad, lse_stray, emu_errs, one_sided ? " ONE-SIDED" : "", fail ? "FAIL" : "ok");
     free(q), free(k), free(v), free(obuf);
-    if (max_err_out)
-        *max_err_out = max_err;
     return fail;
 }
 
@@ -287,10 +385,23 @@ static std::string describe(const Cfg &c) {
     snprintf(buf, sizeof buf,
              "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g lse=%d "
              "pad=%d mag=%g scale=%g%s%s",
-             c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
-             c.softcap, c.alibi, c.lse, c.pad, c.mag, c.scale, vl.c_str(),
-             fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
-    return buf;
+             c.f32  ? "fp32"
+             : c.bf ? "bf16"
+                    : "fp16",
+             c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr, c.softcap, c.alibi, c.lse,
+             c.pad, c.mag, c.scale, vl.c_str(),
+             c.simple                ? " stage-1"
+             : fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32")
+                                     : "");
+    std::string r = buf;
+    if (c.nf_case)
+        r += std::string(" case=") + c.nf_case;
+    for (const Plant &pl : c.plants) {
+        snprintf(buf, sizeof buf, " %c[b%d,%d,h%d,d%d]=%g%s", pl.t, pl.b, pl.row, pl.h, pl.d,
+                 pl.val, pl.pos_col ? "(+col)" : "");
+        r += buf;
+    }
+    return r;
 }
 
 /* fa__mma_d128_block_n: FA_CUDA_TILE_D128's two names, the default by compute capability (64
@@ -314,6 +425,86 @@ static int check_tile_names() {
     return wrong;
 }
 
+/* The non-finite suite: values planted in q, k and v (see Plant) under the rule of
+ * docs/semantics.md, for the tensor-core kernel (fp16/bf16, kD = 32, 64, 96, 128 with both key
+ * blocks, 256) and the stage-1 kernel (fp32/fp16/bf16). Each case plants several values, at
+ * keys some rows see and others do not (the causal diagonal, window edges, varlen sequences,
+ * a partial last key block), so that every run checks both directions: the rows the rule
+ * names come out non-finite as the reference says, and every other row, including rows whose
+ * key blocks hold the planted keys, matches the reference as if they were finite. */
+static void add_nonfinite(std::vector<Cfg> &cfgs) {
+    const float inf = INFINITY, nan = NAN;
+    struct Kern {
+        bool simple;
+        std::vector<int> dims;
+        std::vector<int> dtypes; // 0 fp16, 1 bf16, 2 fp32
+    };
+    const Kern kerns[] = {{false, {32, 64, 96, 128, 256}, {0, 1}}, {true, {8, 64, 128}, {2, 0, 1}}};
+    for (const Kern &kn : kerns)
+        for (int D : kn.dims)
+            for (int dtc : kn.dtypes) {
+                Cfg c0;
+                c0.D = D, c0.simple = kn.simple, c0.bf = dtc == 1, c0.f32 = dtc == 2;
+                auto add = [&](Cfg c, const char *name, std::vector<Plant> pl) {
+                    c.nf_case = name;
+                    c.plants = std::move(pl);
+                    cfgs.push_back(c);
+                };
+                Cfg c = c0; // q: NaN, +Inf, -Inf with the keys' column positive (all scores
+                c.Sq = c.Sk = 130, c.H = 2, c.Hk = 1; // -Inf: fully masked), -Inf mixed signs
+                add(c, "q",
+                    {{'q', 0, 3, 0, 1, nan, false},
+                     {'q', 0, 70, 1, 2, inf, false},
+                     {'q', 0, 100, 0, 0, -inf, true},
+                     {'q', 0, 129, 1, 5, -inf, false}});
+                c = c0; // k, causal: rows from the planted key on see it, rows before do not
+                c.Sq = c.Sk = 130, c.H = 2, c.Hk = 1, c.causal = true;
+                add(c, "k",
+                    {{'k', 0, 100, 0, 3, nan, false},
+                     {'k', 0, 120, 0, 4, inf, false},
+                     {'k', 0, 50, 0, 6, -inf, true}}); // a -Inf score: weight 0
+                c = c0;                                // v, causal
+                c.Sq = c.Sk = 130, c.H = 2, c.Hk = 2, c.causal = true;
+                add(c, "v",
+                    {{'v', 0, 30, 0, 1, nan, false},
+                     {'v', 0, 90, 0, 2, inf, false},
+                     {'v', 0, 129, 1, 7, -inf, false}});
+                c = c0; // both edges of a sliding window (row i sees keys i .. i + 57)
+                c.Sq = 260, c.Sk = 300, c.wl = 40, c.wr = 17;
+                add(c, "window",
+                    {{'k', 0, 150, 0, 0, nan, false},
+                     {'v', 0, 200, 1, 3, inf, false},
+                     {'v', 0, 60, 0, 5, nan, false}});
+                c = c0; // varlen: a sequence's last keys, the next one's first (packed rows)
+                c.lq = {5, 130, 64}, c.lk = {9, 129, 70}, c.causal = true, c.Hk = 1;
+                add(c, "varlen",
+                    {{'v', 0, 8, 0, 0, nan, false},         // seq 0's last key: its row 4 only
+                     {'k', 0, 9 + 100, 0, 1, nan, false},   // seq 1's key 100: its rows >= 101
+                     {'v', 0, 9 + 128, 0, 2, inf, false},   // seq 1's last key: its row 129
+                     {'v', 0, 9 + 129, 0, 3, nan, false}}); // seq 2's first key: rows >= 0
+                c = c0; // a partial last key block (Sk = 200), causal: row i sees keys <= i + 123
+                c.Sq = 77, c.Sk = 200, c.causal = true;
+                add(c, "partial",
+                    {{'k', 0, 199, 0, 2, nan, false},
+                     {'v', 0, 150, 0, 1, nan, false},
+                     {'v', 0, 190, 1, 4, -inf, false}});
+                c = c0; // softcap (tanh of an infinite score is finite) and ALiBi, causal
+                c.Sq = c.Sk = 140, c.causal = true, c.softcap = 5, c.alibi = 0.3f, c.mag = 2;
+                add(c, "softcap",
+                    {{'q', 0, 50, 0, 1, inf, false},
+                     {'k', 0, 100, 1, 3, nan, false},
+                     {'v', 0, 120, 0, 0, inf, false}});
+            }
+}
+
+/* The label of c's kernel in the non-finite table. */
+static std::string kernel_label(const Cfg &c) {
+    if (c.simple)
+        return "stage-1";
+    const int kd = fa_mma_kd(c.D);
+    return "mma kD=" + std::to_string(kd) + (kd == 128 ? (c.bn == 64 ? " 128x64" : " 128x32") : "");
+}
+
 int main(int argc, char **argv) {
     std::vector<Cfg> cfgs;
     auto add = [&](Cfg c) { cfgs.push_back(c); };
@@ -334,7 +525,11 @@ int main(int argc, char **argv) {
         suites.push_back(su);
     }
     if (suites.empty())
-        suites = {{"basic", 0, 0}, {"features", 0, 0}, {"edge", 0, 0}, {"long", 0, 0}};
+        suites = {{"basic", 0, 0},
+                  {"features", 0, 0},
+                  {"edge", 0, 0},
+                  {"long", 0, 0},
+                  {"nonfinite", 0, 0}};
     for (const Suite &su : suites) {
         const std::string &suite = su.name;
         if (suite == "quick") {
@@ -465,30 +660,70 @@ int main(int argc, char **argv) {
                     c.lq = {0, 0, 3}, c.lk = {0, 5, 0}; // varlen: empty and keyless sequences
                     add(c);
                 }
+        } else if (suite == "nonfinite") {
+            add_nonfinite(cfgs);
         } else {
-            fprintf(stderr, "suites: basic features edge long quick | sweep SEED N\n");
+            fprintf(stderr, "suites: basic features edge long nonfinite quick | sweep SEED N\n");
             return 2;
         }
     }
     /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
     const size_t n_listed = cfgs.size();
     for (size_t i = 0; i < n_listed; ++i)
-        if (fa_mma_kd(cfgs[i].D) == 128) {
+        if (!cfgs[i].simple && fa_mma_kd(cfgs[i].D) == 128) {
             Cfg c = cfgs[i];
             c.bn = 64;
             cfgs.push_back(c);
         }
     int fails = check_tile_names();
+    /* the non-finite table: (kernel, dtype) -> case -> (runs, failed) */
+    std::map<std::string, std::map<std::string, std::pair<int, int>>> table;
+    std::vector<std::string> case_names;
     for (auto &c : cfgs) {
         printf("%s\n", describe(c).c_str());
         fflush(stdout);
         const auto t0 = std::chrono::steady_clock::now();
         const long nb = emu::g_blocks_run;
-        fails += run(c, nullptr);
+        const int failed = run(c);
+        fails += failed;
+        if (c.nf_case) {
+            auto &cell = table[kernel_label(c) + (c.f32  ? " | fp32"
+                                                  : c.bf ? " | bf16"
+                                                         : " | fp16")][c.nf_case];
+            cell.first++;
+            cell.second += failed;
+            if (std::find(case_names.begin(), case_names.end(), c.nf_case) == case_names.end())
+                case_names.push_back(c.nf_case);
+        }
         const double secs =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         printf("  %.2f s, %ld CTAs emulated\n", secs, emu::g_blocks_run - nb);
         fflush(stdout);
+    }
+    if (!table.empty()) {
+        printf("\nnon-finite rule (kernel x dtype x case -> pass):\n| kernel | dtype |");
+        for (const auto &n : case_names)
+            printf(" %s |", n.c_str());
+        printf("\n|---|---|");
+        for (size_t i = 0; i < case_names.size(); ++i)
+            printf("---|");
+        printf("\n");
+        for (const auto &row : table) {
+            const size_t bar = row.first.find(" | ");
+            printf("| %s | %s |", row.first.substr(0, bar).c_str(),
+                   row.first.substr(bar + 3).c_str());
+            for (const auto &n : case_names) {
+                const auto it = row.second.find(n);
+                if (it == row.second.end())
+                    printf(" - |");
+                else if (it->second.second == 0)
+                    printf(" pass |");
+                else
+                    printf(" FAIL |");
+            }
+            printf("\n");
+        }
+        printf("\n");
     }
     printf("ldmatrix 8-lane phases: %ld, with a bank conflict: %ld\n", emu::g_ldsm_phases,
            emu::g_ldsm_conflicted);
