@@ -12,8 +12,12 @@
  *     softcap: s = c * log2(e) * tanh(s)
  *     ALiBi (in fp64): s -= slope * log2(e) * |i + off - j|
  *     online softmax: a new maximum m scales l and o by 2^(m_old - m)
- *     p = 2^(s - m);  l += p;  o += drop(p) * v_j   (drop: p / (1 - dropout_p) if kept, else 0)
- *   out = o / l,  lse = (m + log2 l) * ln 2;  l = 0 (no visible key): out = 0, lse = -inf.
+ *     p = 2^(s - m) (0 at s = -inf);  l += p;  o += drop(p) * v_j
+ *                                          (drop: p / (1 - dropout_p) if kept, else 0)
+ *   out = o / l,  lse = (m + log2 l) * ln 2;  l = 0 (no visible key, or every score -inf):
+ *   out = 0, lse = -inf.
+ * Non-finite scores (docs/semantics.md): a NaN is never a maximum, but its p = 2^NaN is NaN, and
+ * a +Inf score becomes m, with p = 2^(inf - inf) = NaN; either makes l, o, out and lse NaN.
  * This is the arithmetic of src/cpu/fwd.c (fa__score_scales, fa__score_epilogue, the band of
  * fa__key_lo/fa__key_hi, the dropout mask of philox.h), one key at a time instead of in blocks.
  *
@@ -110,9 +114,8 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
                 o[d] *= alpha;
             m = s;
         }
-        if (m == -INFINITY)
-            continue; /* every score so far is -inf: all weights 0 */
-        const float e = exp2f(s - m);
+        /* weight 0 at s = -inf, also while m = -inf (where 2^(s - m) would be NaN) */
+        const float e = s == -INFINITY ? 0.0f : exp2f(s - m);
         l += e; /* l is the sum before dropout, as lse ignores dropout */
         float w = e;
         if (p->dropout_p != 0.0f) {
@@ -129,12 +132,15 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
             o[d] += w * fa__row_load(p->v.data, p->v.dtype, v_at + d * p->v.sd);
     }
 
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    /* l = 0: no key weighs anything, out = 0 (also where o is 0 times a non-finite v); l = NaN:
+     * out and lse NaN */
+    const int none = l == 0.0f;
+    const float inv = none ? 0.0f : 1.0f / l;
     const int64_t out_at = fa__row_at(&p->out, b, rq + i, h);
     for (int64_t d = 0; d < D; d++)
-        fa__row_store(p->out.data, p->out.dtype, out_at + d * p->out.sd, o[d] * inv);
+        fa__row_store(p->out.data, p->out.dtype, out_at + d * p->out.sd, none ? 0.0f : o[d] * inv);
     if (p->lse) {
-        const double lse = l > 0.0f ? ((double)m + log2((double)l)) * FA_ROW_LN2 : -INFINITY;
+        const double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_ROW_LN2;
         p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
     }
 }
