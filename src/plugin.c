@@ -9,11 +9,17 @@
 #include "plugin.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define FA_PLUGIN_FILE "libflashattn_cuda.so"
 
@@ -41,8 +47,143 @@ static void note_failure(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* dlopen(path) and the handshake; on success sets plugin.api and plugin.path. */
+/* Reads len bytes at off; 0 when all of them were read. */
+static int read_at(int fd, uint64_t off, void *buf, size_t len) {
+    for (size_t done = 0; done < len;) {
+        const ssize_t r = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* Is [off, off + len) inside a file of `size` bytes? */
+static int range_fits(uint64_t off, uint64_t len, uint64_t size) {
+    return off <= size && len <= size - off;
+}
+
+static const char *segment_name(uint32_t type, char *buf, size_t cap) {
+    switch (type) {
+    case PT_LOAD: return "PT_LOAD";
+    case PT_DYNAMIC: return "PT_DYNAMIC";
+    case PT_INTERP: return "PT_INTERP";
+    case PT_NOTE: return "PT_NOTE";
+    case PT_TLS: return "PT_TLS";
+    default: snprintf(buf, cap, "type 0x%x", (unsigned)type); return buf;
+    }
+}
+
+/* The ELF checks of file_can_be_mapped on an open regular file of `size` bytes: 1 when they
+ * pass or do not apply, else 0 with the reason in `what`. Counts are at most 2^32 and entry
+ * sizes 56 or 64, so no product below wraps. */
+static int elf_can_be_mapped(int fd, uint64_t size, char *what, size_t cap) {
+    unsigned char ident[EI_NIDENT];
+    const uint16_t one = 1;
+    const unsigned char native = *(const unsigned char *)&one ? ELFDATA2LSB : ELFDATA2MSB;
+    if (size < EI_NIDENT || read_at(fd, 0, ident, EI_NIDENT) != 0 ||
+        memcmp(ident, ELFMAG, SELFMAG) != 0 || ident[EI_CLASS] != ELFCLASS64 ||
+        ident[EI_DATA] != native)
+        return 1; /* not a file these checks read: dlopen says what it is */
+    Elf64_Ehdr eh;
+    if (size < sizeof eh || read_at(fd, 0, &eh, sizeof eh) != 0) {
+        snprintf(what, cap, "shorter than its ELF header (%zu bytes)", sizeof eh);
+        return 0;
+    }
+    /* extended numbering: the real counts are in section header 0 */
+    uint64_t phnum = eh.e_phnum, shnum = eh.e_shnum;
+    if ((phnum == PN_XNUM || shnum == 0) && eh.e_shoff != 0) {
+        Elf64_Shdr sh0;
+        if (eh.e_shentsize != sizeof sh0) {
+            snprintf(what, cap, "section header size %u (expected %zu)", (unsigned)eh.e_shentsize,
+                     sizeof sh0);
+            return 0;
+        }
+        if (!range_fits(eh.e_shoff, sizeof sh0, size) ||
+            read_at(fd, eh.e_shoff, &sh0, sizeof sh0) != 0) {
+            snprintf(what, cap, "section header 0 at byte %llu is not inside the file",
+                     (unsigned long long)eh.e_shoff);
+            return 0;
+        }
+        if (phnum == PN_XNUM) phnum = sh0.sh_info;
+        if (shnum == 0) shnum = sh0.sh_size;
+        if (shnum > UINT32_MAX) {
+            snprintf(what, cap, "section header 0 gives %llu sections", (unsigned long long)shnum);
+            return 0;
+        }
+    }
+    if (eh.e_phentsize != sizeof(Elf64_Phdr)) {
+        snprintf(what, cap, "program header size %u (expected %zu)", (unsigned)eh.e_phentsize,
+                 sizeof(Elf64_Phdr));
+        return 0;
+    }
+    if (!range_fits(eh.e_phoff, phnum * sizeof(Elf64_Phdr), size)) {
+        snprintf(what, cap, "its %llu program headers at byte %llu end past the end of the file",
+                 (unsigned long long)phnum, (unsigned long long)eh.e_phoff);
+        return 0;
+    }
+    for (uint64_t i = 0; i < phnum; i++) {
+        Elf64_Phdr ph;
+        char name[32];
+        if (read_at(fd, eh.e_phoff + i * sizeof ph, &ph, sizeof ph) != 0) {
+            snprintf(what, cap, "program header %llu cannot be read", (unsigned long long)i);
+            return 0;
+        }
+        if (ph.p_filesz && !range_fits(ph.p_offset, ph.p_filesz, size)) {
+            snprintf(what, cap, "segment %llu (%s) has its bytes at %llu + %llu, past the end of "
+                     "the file", (unsigned long long)i,
+                     segment_name(ph.p_type, name, sizeof name), (unsigned long long)ph.p_offset,
+                     (unsigned long long)ph.p_filesz);
+            return 0;
+        }
+    }
+    if (eh.e_shoff != 0 && shnum > 0 &&
+        (eh.e_shentsize != sizeof(Elf64_Shdr) ||
+         !range_fits(eh.e_shoff, shnum * sizeof(Elf64_Shdr), size))) {
+        snprintf(what, cap, "its %llu section headers at byte %llu (%u bytes each) end past the "
+                 "end of the file", (unsigned long long)shnum, (unsigned long long)eh.e_shoff,
+                 (unsigned)eh.e_shentsize);
+        return 0;
+    }
+    return 1;
+}
+
+/* What dlopen does not check before it opens and maps a file: that it is a regular file (a
+ * FIFO would block it until a writer comes) and, for a 64-bit ELF file of this machine's byte
+ * order, that its program header table, each segment's bytes in the file (p_offset + p_filesz)
+ * and its section header table lie inside the file. dlopen maps PT_LOAD segments as they are
+ * described, and the first touch of a page past the end of a truncated file is a SIGBUS that
+ * kills the process. Other files (another ELF class or byte order, text) are left to dlopen,
+ * which rejects them before it maps anything; so is a path that cannot be opened. Returns 1
+ * when dlopen may go ahead, else 0 with the reason noted. */
+static int file_can_be_mapped(const char *path) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    struct stat st;
+    char what[256];
+    int ok = 0;
+    if (fstat(fd, &st) != 0)
+        note_failure("%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        note_failure("%s: %s, not a regular file", path,
+                     S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                                            : "a special file");
+    else if (!elf_can_be_mapped(fd, (uint64_t)st.st_size, what, sizeof what))
+        note_failure("%s: not loaded, a truncated or damaged ELF file (%llu bytes): %s", path,
+                     (unsigned long long)st.st_size, what);
+    else
+        ok = 1;
+    close(fd);
+    return ok;
+}
+
+/* dlopen(path) and the handshake; on success sets plugin.api and plugin.path. A path with a
+ * '/' is checked first (file_can_be_mapped); a bare name is the loader's to search for. */
 static int try_load(const char *path) {
+    if (strchr(path, '/') && !file_can_be_mapped(path)) return 0;
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
         const char *err = dlerror();
