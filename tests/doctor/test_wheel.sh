@@ -139,6 +139,54 @@ has "a ROCm wheel"
 wheel check-glibc --check flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl --glibc 2.31 --python 3.12 --torch 2.8 --cuda 12.8 --abi TRUE --cc 9.0
 exit_is 1
 has "GLIBC_2.32"
+# the glibc a manylinux platform tag needs (PEP 600 manylinux_X_Y and the legacy aliases) against
+# this machine's (--glibc); a wheel fits when one of its '.'-separated tags does
+G="--python 3.12 --torch 2.8 --cuda 12.8 --abi TRUE --cc 9.0"
+FA283=flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312
+# shellcheck disable=SC2086
+wheel check-manylinux-2-40 --check $FA283-manylinux_2_40_x86_64.whl --glibc 2.36 $G
+exit_is 1
+has "[✗] glibc: wheel manylinux_2_40_x86_64 needs glibc >= 2.40, this machine has glibc 2.36"
+has "flashattn wheel --build-script"
+has "1 mismatch:"
+# shellcheck disable=SC2086
+wheel check-manylinux-2-28 --check $FA283-manylinux_2_28_x86_64.whl --glibc 2.36 $G
+exit_is 0
+has "[✓] glibc: the wheel needs glibc >= 2.28, this machine has glibc 2.36"
+# shellcheck disable=SC2086
+wheel check-manylinux-same --check $FA283-manylinux_2_36_x86_64.whl --glibc 2.36 $G
+exit_is 0
+# shellcheck disable=SC2086
+wheel check-manylinux-compound --check $FA283-manylinux_2_40_x86_64.manylinux2014_x86_64.whl --glibc 2.36 $G
+exit_is 0
+has "[✓] glibc: the wheel needs glibc >= 2.17"
+# shellcheck disable=SC2086
+wheel check-manylinux1 --check foo-1.0-cp312-cp312-manylinux1_x86_64.whl --glibc 2.4 $G
+exit_is 1
+has "[✗] glibc: wheel manylinux1_x86_64 needs glibc >= 2.5, this machine has glibc 2.4"
+# shellcheck disable=SC2086
+wheel check-manylinux2010 --check foo-1.0-cp312-cp312-manylinux2010_x86_64.whl --glibc 2.11 $G
+exit_is 1
+has "needs glibc >= 2.12, this machine has glibc 2.11"
+# shellcheck disable=SC2086
+wheel check-manylinux2014 --check foo-1.0-cp312-cp312-manylinux2014_x86_64.whl --glibc 2.12 $G
+exit_is 1
+has "needs glibc >= 2.17, this machine has glibc 2.12"
+# shellcheck disable=SC2086
+wheel check-manylinux2014-ok --check foo-1.0-cp312-cp312-manylinux2014_x86_64.whl --glibc 2.17 $G
+exit_is 0
+# shellcheck disable=SC2086
+wheel check-manylinux-arch --check $FA283-manylinux_2_28_aarch64.whl --glibc 2.36 $G
+exit_is 1
+has "[✗] platform: wheel manylinux_2_28_aarch64, this machine linux_x86_64"
+# shellcheck disable=SC2086
+wheel check-musllinux --check $FA283-musllinux_1_2_x86_64.whl --glibc 2.36 $G
+exit_is 1
+has "is for musl libc"
+# shellcheck disable=SC2086
+wheel check-manylinux-json --json --check $FA283-manylinux_2_40_x86_64.whl --glibc 2.36 $G
+exit_is 1
+has '"mismatches": ["glibc: wheel manylinux_2_40_x86_64 needs glibc >= 2.40'
 # shellcheck disable=SC2086
 wheel check-malformed --check flash_attn-2.8.3.tar.gz $M
 exit_is 2

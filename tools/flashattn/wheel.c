@@ -347,6 +347,57 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
 
 /* ---- --check --------------------------------------------------------------------------------- */
 
+/* One platform tag of a wheel name (a name may hold several, '.'-separated). */
+typedef struct plat_tag {
+    enum { PLAT_OTHER, PLAT_ANY, PLAT_LINUX, PLAT_MANYLINUX, PLAT_MUSLLINUX } kind;
+    char arch[32];  /* "x86_64"; "" for any and for other platforms */
+    char glibc[16]; /* the glibc a manylinux tag needs ("2.17"); "" for the others */
+} plat_tag;
+
+/* Parses tag[0..len): linux_ARCH (built for this kind of machine, no floor), manylinux_X_Y_ARCH
+ * (PEP 600: glibc >= X.Y) and its legacy aliases manylinux1 (2.5), manylinux2010 (2.12) and
+ * manylinux2014 (2.17), musllinux_X_Y_ARCH (musl libc, not glibc), any. */
+static void parse_plat(const char *tag, size_t len, plat_tag *p) {
+    static const struct {
+        const char *prefix, *glibc;
+    } legacy[] = {{"manylinux1_", "2.5"}, {"manylinux2010_", "2.12"}, {"manylinux2014_", "2.17"}};
+    char t[64];
+    const char *rest = NULL;
+    size_t i;
+    memset(p, 0, sizeof p[0]);
+    p->kind = PLAT_OTHER;
+    snprintf(t, sizeof t, "%.*s", (int)len, tag);
+    if (!strcmp(t, "any")) {
+        p->kind = PLAT_ANY;
+        return;
+    }
+    for (i = 0; i < sizeof legacy / sizeof legacy[0] && !rest; i++) {
+        if (!strncmp(t, legacy[i].prefix, strlen(legacy[i].prefix))) {
+            rest = t + strlen(legacy[i].prefix);
+            p->kind = PLAT_MANYLINUX;
+            env_copy(p->glibc, sizeof p->glibc, legacy[i].glibc);
+        }
+    }
+    if (!rest && (!strncmp(t, "manylinux_", 10) || !strncmp(t, "musllinux_", 10))) {
+        char *end1, *end2 = t;
+        long x = strtol(t + 10, &end1, 10), y = -1;
+        if (end1 != t + 10 && *end1 == '_' && end1[1] >= '0' && end1[1] <= '9')
+            y = strtol(end1 + 1, &end2, 10);
+        if (y >= 0 && *end2 == '_' && x >= 0 && x < 1000 && y < 1000) {
+            rest = end2 + 1;
+            p->kind = t[1] == 'a' ? PLAT_MANYLINUX : PLAT_MUSLLINUX;
+            if (p->kind == PLAT_MANYLINUX)
+                snprintf(p->glibc, sizeof p->glibc, "%ld.%ld", x, y);
+        }
+    }
+    if (!rest && !strncmp(t, "linux_", 6)) {
+        rest = t + 6;
+        p->kind = PLAT_LINUX;
+    }
+    if (rest)
+        env_copy(p->arch, sizeof p->arch, rest);
+}
+
 static int cmd_check(const wheel_opts *o, const rel_target *t) {
     rel_wheel w;
     char err[256], desc[256], lines[16][600];
@@ -384,11 +435,54 @@ static int cmd_check(const wheel_opts *o, const rel_target *t) {
             LINE(1, "ABI tag %s does not match its python tag %s", w.abitag, w.pytag);
     }
     if (t->machine[0]) {
+        /* the wheel fits when one of its tags does (pip's rule): the tag for this machine with
+         * the lowest glibc floor decides */
+        const char *p = w.plat;
+        plat_tag best, x;
+        int have = 0, have_musl = 0;
         char want[48];
+        memset(&best, 0, sizeof best);
         snprintf(want, sizeof want, "linux_%s", t->machine);
-        LINE(strcmp(w.plat, want) != 0 && strcmp(w.plat, "any") != 0 &&
-                 !(strstr(w.plat, "manylinux") && strstr(w.plat, t->machine)),
-             "platform: wheel %s, this machine %s", w.plat, want);
+        while (*p) {
+            size_t k = strcspn(p, ".");
+            parse_plat(p, k, &x);
+            if (x.kind == PLAT_ANY || ((x.kind == PLAT_LINUX || x.kind == PLAT_MANYLINUX) &&
+                                       !strcmp(x.arch, t->machine))) {
+                if (!have || ver_cmp(x.glibc, best.glibc) < 0)
+                    best = x;
+                have = 1;
+            } else if (x.kind == PLAT_MUSLLINUX && !strcmp(x.arch, t->machine)) {
+                have_musl = 1;
+            }
+            p += k;
+            p += *p == '.';
+        }
+        if (have) {
+            LINE(0, "platform: wheel %s, this machine %s", w.plat, want);
+            if (best.glibc[0] && !t->glibc[0])
+                LINE(0, "glibc: the wheel needs glibc >= %s; this machine's glibc is unknown",
+                     best.glibc);
+            else if (best.glibc[0] && ver_cmp(best.glibc, t->glibc) > 0)
+                LINE(1,
+                     "glibc: wheel %s needs glibc >= %s, this machine has glibc %s (pip refuses "
+                     "it: \"not a supported wheel on this platform\"). Fix: a wheel for glibc <= "
+                     "%s (`flashattn wheel` names the release wheel for this machine), or build "
+                     "here: flashattn wheel --build-script > build.sh && sh build.sh",
+                     w.plat, best.glibc, t->glibc, t->glibc);
+            else if (best.glibc[0])
+                LINE(0, "glibc: the wheel needs glibc >= %s, this machine has glibc %s", best.glibc,
+                     t->glibc);
+        } else if (have_musl && t->glibc[0]) {
+            LINE(1, "platform: wheel %s is for musl libc (Alpine), this machine %s uses glibc %s",
+                 w.plat, want, t->glibc);
+        } else if (have_musl) {
+            LINE(0,
+                 "platform: wheel %s is for musl libc (Alpine); this machine's C library is "
+                 "unknown",
+                 w.plat);
+        } else {
+            LINE(1, "platform: wheel %s, this machine %s", w.plat, want);
+        }
     }
     if (!w.local[0]) {
         LINE(0, "no local version (+cu..torch..cxx11abi..): setup.py's renamed download or a "
