@@ -57,7 +57,8 @@ mkdir -p "$TMP/torch0" "$TMP/torch1"
     "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/torch1/libc10.so" "$TMP/c10.cpp" &&
     "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=0 -o "$TMP/ext_abi0.so" "$TMP/ext.cpp" -L"$TMP/torch0" -lc10 &&
     "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_abi1.so" "$TMP/ext.cpp" -L"$TMP/torch1" -lc10 &&
-    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_new.so" "$TMP/ext_new.cpp" -L"$TMP/torch1" -lc10 ||
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_new.so" "$TMP/ext_new.cpp" -L"$TMP/torch1" -lc10 &&
+    "$CXX" -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -o "$TMP/ext_noneed.so" "$TMP/ext.cpp" ||
     { echo "FAIL: cannot build the test objects"; exit 1; }
 
 so() { # NAME MODULE LIBDIR [--json]
@@ -96,8 +97,22 @@ so newer-torch "$TMP/ext_new.so" "$TMP/torch1"
 has "= c10::cuda::SetDevice(signed char)"
 has "built for another PyTorch"
 
+# libtorch's symbols unresolved only because libtorch was not found (or is not even needed: the
+# module relies on `import torch`): libraries missing, not an ABI mismatch
 so no-lib "$TMP/ext_abi1.so" "$TMP/nowhere"
+[ $rc -eq 1 ] && ok || bad "exit $rc"
 has "libc10.so                    NOT FOUND"
+has "[✗] libraries missing, not an ABI mismatch: 3 undefined symbol(s) are libtorch's"
+has "were not found or read: libc10.so."
+grep -q "C++ ABI mismatch" "$out" && bad "reports a C++ ABI mismatch" || ok
+so no-lib-abi0 "$TMP/ext_abi0.so" "$TMP/nowhere"
+has "libraries missing, not an ABI mismatch"
+grep -q "C++ ABI mismatch" "$out" && bad "reports a C++ ABI mismatch" || ok
+so not-needed "$TMP/ext_noneed.so" "$TMP/torch1"
+[ $rc -eq 1 ] && ok || bad "exit $rc"
+has "it does not name libc10/libtorch as needed libraries"
+has "import torch first"
+grep -q "C++ ABI mismatch" "$out" && bad "reports a C++ ABI mismatch" || ok
 
 so json "$TMP/ext_abi1.so" "$TMP/torch0" --json
 PY=$(command -v python3 || true)

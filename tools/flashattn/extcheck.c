@@ -174,6 +174,14 @@ static int is_torch_lib(const char *name) {
     return !strncmp(name, "libc10", 6) || !strncmp(name, "libtorch", 8);
 }
 
+/* Appends ", name" (or the first name) to a list, if it fits whole. */
+static void list_add(char *list, size_t cap, const char *name) {
+    size_t used = strlen(list), n = strlen(name);
+    if (used + n + 3 > cap)
+        return;
+    snprintf(list + used, cap - used, "%s%s", used ? ", " : "", name);
+}
+
 static void keep_max(char *dst, size_t cap, const char *v, const char *prefix) {
     if (!ver_after(v, prefix))
         return;
@@ -284,10 +292,14 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
         if (!find_in(&first, l->name, l->path, sizeof l->path) &&
             !find_in(&later, l->name, l->path, sizeof l->path)) {
             rep->n_unfound++;
+            if (is_torch_lib(l->name))
+                list_add(rep->torch_unfound, sizeof rep->torch_unfound, l->name);
             continue;
         }
         if (elfr_open(l->path, ef) != 0) {
             elfr_free(ef);
+            if (is_torch_lib(l->name))
+                list_add(rep->torch_unfound, sizeof rep->torch_unfound, l->name);
             continue;
         }
         nlibs_read++;
@@ -330,10 +342,12 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
 
     /* undefined symbols nobody defines */
     if (nlibs_read > 0) {
+        const int torch_read = rep->torch_lib[0] && !rep->torch_unfound[0];
         for (i = 0; i < mod.n_syms; i++) {
             const elfr_sym *s = &mod.syms[i];
             unsigned flags = 0;
             char *d = NULL;
+            int is_torch;
             if (s->defined || !s->name[0] || s->bind == 2 || is_python_symbol(s->name))
                 continue;
             if (symset_has(&defined, s->name))
@@ -341,14 +355,19 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
             rep->n_missing++;
             if (!strncmp(s->name, "_Z", 2))
                 d = dmg_demangle(s->name, &flags);
-            if ((flags & DMG_FLAG_CXX11) || strstr(s->name, "__cxx11"))
-                rep->n_missing_cxx11++;
-            if (flags & DMG_FLAG_OLD_STRING)
-                rep->n_missing_oldstr++;
-            if (d &&
-                (!strncmp(d, "c10::", 5) || !strncmp(d, "at::", 4) || !strncmp(d, "torch::", 7) ||
-                 !strncmp(d, "caffe2::", 8) || strstr(d, " c10::") || strstr(d, " at::")))
-                rep->n_missing_torch++;
+            is_torch = d && (!strncmp(d, "c10::", 5) || !strncmp(d, "at::", 4) ||
+                             !strncmp(d, "torch::", 7) || !strncmp(d, "caffe2::", 8) ||
+                             strstr(d, " c10::") || strstr(d, " at::"));
+            if (is_torch && !torch_read) {
+                /* missing because libtorch was not read: it says nothing about the ABI */
+                rep->n_missing_torch_unloaded++;
+            } else {
+                rep->n_missing_torch += is_torch;
+                if ((flags & DMG_FLAG_CXX11) || strstr(s->name, "__cxx11"))
+                    rep->n_missing_cxx11++;
+                if (flags & DMG_FLAG_OLD_STRING)
+                    rep->n_missing_oldstr++;
+            }
             if (rep->n_shown < EXT_MAX_SHOWN) {
                 ext_missing *m = &rep->missing[rep->n_shown++];
                 snprintf(m->mangled, sizeof m->mangled, "%s", s->name);
@@ -388,6 +407,20 @@ void ext_verdict(const ext_report *rep, int torch_abi, char *buf, size_t cap) {
             rep->n_missing_cxx11 + rep->n_missing_oldstr,
             rep->n_missing_cxx11 ? "std::__cxx11::basic_string" : "the old-ABI std::string",
             rep->n_missing_cxx11 ? 1 : 0, rep->n_missing_cxx11 ? 0 : 1);
+    } else if (rep->n_missing_torch_unloaded && rep->torch_unfound[0]) {
+        snprintf(buf, cap,
+                 "libraries missing, not an ABI mismatch: %zu undefined symbol(s) are libtorch's "
+                 "(c10::, at::, torch::) and the libraries that define them were not found or read: "
+                 "%s. "
+                 "Pass --lib-dir <site-packages>/torch/lib to check against torch; in Python, "
+                 "import torch first.",
+                 rep->n_missing_torch_unloaded, rep->torch_unfound);
+    } else if (rep->n_missing_torch_unloaded) {
+        snprintf(buf, cap,
+                 "libraries missing, not an ABI mismatch: %zu undefined symbol(s) are libtorch's "
+                 "(c10::, at::, torch::) and it does not name libc10/libtorch as needed "
+                 "libraries, so they resolve only once torch is loaded: import torch first.",
+                 rep->n_missing_torch_unloaded);
     } else if (rep->n_missing_torch) {
         snprintf(buf, cap,
                  "built for another PyTorch: %zu torch symbol(s) it needs are not in the installed "

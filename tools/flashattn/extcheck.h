@@ -40,7 +40,12 @@ typedef struct ext_report {
     int nlibs;
     int n_unfound;    /* needed libraries not found */
     size_t n_missing; /* undefined symbols no library defines */
-    size_t n_missing_torch, n_missing_cxx11, n_missing_oldstr;
+    /* of those: libtorch's (c10::, at::, torch::, caffe2::) with the libraries that define them
+     * read, and with them not read (a libc10/libtorch* it needs was not found, or it needs none:
+     * it relies on `import torch` having loaded them); the std::string flavours counted only
+     * among the symbols whose libraries were read, since only those say anything about the ABI */
+    size_t n_missing_torch, n_missing_torch_unloaded, n_missing_cxx11, n_missing_oldstr;
+    char torch_unfound[200]; /* the libc10/libtorch* it needs that were not found or read */
     ext_missing missing[EXT_MAX_SHOWN];
     int n_shown;
     int torch_abi; /* ABI of the torch libraries it needs (libc10/libtorch*), -1 unknown */
