@@ -410,10 +410,9 @@ void ext_verdict(const ext_report *rep, int torch_abi, char *buf, size_t cap) {
     } else if (rep->n_missing_torch_unloaded && rep->torch_unfound[0]) {
         snprintf(buf, cap,
                  "libraries missing, not an ABI mismatch: %zu undefined symbol(s) are libtorch's "
-                 "(c10::, at::, torch::) and the libraries that define them were not found or read: "
-                 "%s. "
-                 "Pass --lib-dir <site-packages>/torch/lib to check against torch; in Python, "
-                 "import torch first.",
+                 "(c10::, at::, torch::) and the libraries that define them were not found or "
+                 "read: %s. Pass --lib-dir <site-packages>/torch/lib to check against torch; in "
+                 "Python, import torch first.",
                  rep->n_missing_torch_unloaded, rep->torch_unfound);
     } else if (rep->n_missing_torch_unloaded) {
         snprintf(buf, cap,
