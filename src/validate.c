@@ -6,6 +6,7 @@
 #include "validate.h"
 
 #include "philox.h"
+#include "size.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -25,11 +26,13 @@ const char *fa__dtype_name(int32_t dtype) {
 fa_tensor fa_tensor_contiguous(void *data, fa_dtype dtype, int32_t ndim, const int64_t *shape) {
     fa_tensor t = {.data = data, .dtype = dtype, .device = FA_DEVICE_CPU, .ndim = ndim};
     if (ndim < 1 || ndim > FA_MAX_DIMS || !shape) return t;
+    /* A product of shapes that overflows leaves INT64_MAX strides, which fa__check_view
+     * rejects ("beyond the addressable range") instead of a wrapped stride that looks valid. */
     int64_t stride = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         t.shape[i] = shape[i];
-        t.stride[i] = stride;
-        stride *= shape[i] > 0 ? shape[i] : 1;
+        t.stride[i] = stride < 0 ? INT64_MAX : stride;
+        stride = fa__size_mul(stride, shape[i] > 0 ? shape[i] : 1);
     }
     return t;
 }
@@ -84,16 +87,14 @@ fa_status fa__check_view(const fa_tensor *t, const char *name, int ndim, const c
         *span = (fa__span){0, 0, name};
         return FA_OK;
     }
-    int64_t bytes;
     for (int i = 0; i < ndim; i++) {
-        int64_t step;
-        if (__builtin_mul_overflow(t->shape[i] - 1, t->stride[i], &step) ||
-            __builtin_add_overflow(extent, step, &extent))
+        extent = fa__size_add(extent, fa__size_mul(t->shape[i] - 1, t->stride[i]));
+        if (extent < 0)
             return fa__error(FA_ERR_STRIDE, "%s: stride[%d] = %lld puts elements beyond the "
                              "addressable range", name, i, (long long)t->stride[i]);
     }
-    if (__builtin_add_overflow(extent, 1, &bytes) || __builtin_mul_overflow(bytes, esize, &bytes) ||
-        bytes > (int64_t)PTRDIFF_MAX)
+    const int64_t bytes = fa__size_mul(fa__size_add(extent, 1), esize);
+    if (bytes < 0 || bytes > (int64_t)PTRDIFF_MAX)
         return fa__error(FA_ERR_STRIDE, "%s: shape and strides span more than the addressable "
                          "range", name);
     if (!t->data)

@@ -31,6 +31,7 @@
  * into those pairs and dS's bf16 rows, bitwise as the separate steps do.
  */
 #include "cpu.h"
+#include "../size.h"
 #include "tile.h"
 
 #include <math.h>
@@ -554,14 +555,18 @@ typedef struct bwd_head {
 /* Carves h from `at` (NULL: only counts); returns the floats it takes. */
 static size_t carve_head(const bwd_plan *pl, float *at, int64_t sk, bwd_head *h) {
     const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
-    const size_t packed = (size_t)nkb * pack_stride(pl->p->D);
-    const size_t rows = fa__round_up((size_t)(nkb * FA_BC * pl->p->D));
+    const int64_t packed = fa__size_mul(nkb, (int64_t)pack_stride(pl->p->D));
+    const int64_t rows =
+        fa__size_round_up(fa__size_mul(fa__size_mul(nkb, FA_BC), pl->p->D), FA_ALIGN);
+    const int64_t total = fa__size_add(
+        fa__size_mul(2, packed),
+        fa__size_mul(fa__rows_in_place(&pl->p->k, pl->kern) ? 2 : 3, rows));
     memset(h, 0, sizeof *h);
     if (at) {
         h->Kt = at, h->Vt = at + packed, h->dk = at + 2 * packed, h->dv = h->dk + rows;
         h->krows = h->dv + rows;
     }
-    return 2 * packed + (fa__rows_in_place(&pl->p->k, pl->kern) ? 2 : 3) * rows;
+    return total < 0 ? SIZE_MAX : (size_t)total; /* SIZE_MAX: too long to fuse (size.h) */
 }
 
 /* Asks for n floats from x into L2. The fused schedule's head scratch (packed Kᵀ, Vᵀ and the dK,
@@ -666,22 +671,25 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     /* Fused when the threads get enough (b, hk) tasks and the head scratch is small enough. */
     bwd_head none;
     pl.head_floats = carve_head(&pl, NULL, max_sk, &none);
-    const int fused = (nthreads == 1 || p->B * p->Hk >= (int64_t)FA_FUSED_TASKS * nthreads) &&
+    const int64_t pairs = fa__size_mul(p->B, p->Hk); /* varlen's B is cu_seqlens' (2^61?) */
+    const int fused = (nthreads == 1 || pairs < 0 || pairs >= (int64_t)FA_FUSED_TASKS * nthreads) &&
                       pl.head_floats > 0 && pl.head_floats <= FA_FUSED_MAX_FLOATS;
-    const size_t rows = p->cu_q ? (size_t)p->total_q : (size_t)(p->B * p->Sq);
-    const size_t scratch_bytes = (size_t)nthreads * pl.scratch_floats * sizeof(float);
-    const size_t head_bytes = fused ? (size_t)nthreads * pl.head_floats * sizeof(float) : 0;
-    pl.delta = malloc((rows * (size_t)p->H + 1) * sizeof(float));
-    pl.start[0] = malloc(3 * (size_t)(p->B + 1) * sizeof(int64_t));
-    pl.scratch = aligned_alloc(64, scratch_bytes);
-    pl.head = fused ? aligned_alloc(64, head_bytes) : NULL;
+    /* rows · H fits: dq holds that many rows of H heads (B·Sq ones without varlen) */
+    const int64_t rows = p->cu_q ? p->total_q : p->B * p->Sq;
+    const int64_t scratch_floats = fa__size_mul(nthreads, (int64_t)pl.scratch_floats);
+    const int64_t head_floats = fused ? fa__size_mul(nthreads, (int64_t)pl.head_floats) : 0;
+    pl.delta = fa__alloc(fa__size_add(fa__size_mul(rows, p->H), 1), sizeof(float));
+    pl.start[0] = fa__alloc(fa__size_mul(3, fa__size_add(p->B, 1)), sizeof(int64_t));
+    pl.scratch = fa__alloc_aligned(scratch_floats, sizeof(float));
+    pl.head = fused ? fa__alloc_aligned(head_floats, sizeof(float)) : NULL;
     if (!pl.delta || !pl.start[0] || !pl.scratch || (fused && !pl.head)) {
         free(pl.delta);
         free(pl.start[0]);
         free(pl.scratch);
         free(pl.head);
-        return fa__error(FA_ERR_NO_MEMORY, "backward: cannot allocate %zu bytes of scratch",
-                         scratch_bytes + head_bytes);
+        return fa__error(FA_ERR_NO_MEMORY, "backward: cannot allocate scratch for %d threads "
+                         "(%lld + %lld floats)", nthreads, (long long)scratch_floats,
+                         (long long)head_floats);
     }
     for (int pass = 0; pass < 3; pass++) {
         pl.start[pass] = pl.start[0] + pass * (p->B + 1);

@@ -22,6 +22,12 @@ const char *fa__cpu_kernels_compiled(void);
  * in which case nothing has been written. */
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p);
 
+/* fa__cpu_forward that calls first(arg) once all its memory is allocated, before it writes or
+ * reads a tensor: a caller that must write before the forward (the KV cache's append) then
+ * writes nothing when the forward fails for lack of memory. */
+fa_status fa__cpu_forward_after(fa_context *ctx, const fa__problem *p, void (*first)(void *),
+                                void *arg);
+
 /* The products the forward computes a query row's scores with: the prefill's on packed K
  * blocks (qk), or decode's on K rows in place (qk_rows on fp32 Q, or qk_rows_bf16 on bf16
  * pairs), which sum each score in another order. */

@@ -31,6 +31,7 @@
  */
 #include "cpu.h"
 
+#include "../size.h"
 #include "tile.h"
 
 #include <math.h>
@@ -178,13 +179,19 @@ static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
 #undef FA_TAKE
 }
 
-/* The floats carve() takes, term by term. */
-static size_t scratch_floats(const fwd_plan *pl) {
-    const size_t D = (size_t)pl->p->D, R = state_rows(pl), Rblk = (size_t)(pl->g * pl->br);
-    return 2 * fa__round_up(R * D) + fa__round_up(Rblk * FA_BC) + 2 * fa__round_up(R) +
-           fa__round_up(Rblk) + fa__round_up(D * (size_t)pl->ldk) +
-           fa__round_up(FA_BC * (size_t)pl->ldv) + fa__round_up(FA_BC * D) +
-           fa__round_up(Rblk * FA_BC / 2);
+/* The floats carve() takes, term by term; FA_SIZE_OVERFLOW when they do not fit (size.h). */
+static int64_t scratch_floats(const fwd_plan *pl) {
+    /* R: state_rows(), checked */
+    const int64_t D = pl->p->D, Rblk = fa__size_mul(pl->g, pl->br);
+    const int64_t Rsplit = fa__size_mul(pl->p->Hk, pl->part_rows);
+    const int64_t R = Rblk < 0 || Rsplit < 0 ? FA_SIZE_OVERFLOW : Rblk > Rsplit ? Rblk : Rsplit;
+    const int64_t terms[][2] = {{R, D},     {R, D},     {Rblk, FA_BC}, {R, 1},
+                                {R, 1},     {Rblk, 1},  {D, pl->ldk},  {FA_BC, pl->ldv},
+                                {FA_BC, D}, {Rblk, FA_BC / 2}};
+    int64_t n = 0;
+    for (size_t i = 0; i < sizeof terms / sizeof *terms; i++)
+        n = fa__size_add(n, fa__size_round_up(fa__size_mul(terms[i][0], terms[i][1]), FA_ALIGN));
+    return n;
 }
 
 /* The online softmax step of head hk's rows [r0, r1) over keys [j0, j0 + n): their scores
@@ -686,11 +693,13 @@ static void head_packs(fwd_plan *pl, int nthreads) {
     if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= pl->decode_rows))
         return;
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
-    const size_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : (size_t)sk * pl->ldv; /* V rows */
-    pl->hp_floats = fa__round_up((size_t)(pl->hp_chunks * p->D * pl->ldk) + v);
-    if (pl->hp_floats * sizeof(float) > FA_HEAD_PACK_MAX) return;
-    pl->hp = aligned_alloc(64, (size_t)nthreads * pl->hp_floats * sizeof(float));
-    pl->hp_head = malloc((size_t)nthreads * (sizeof(int64_t) + (size_t)pl->hp_chunks));
+    const int64_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : fa__size_mul(sk, pl->ldv); /* V rows */
+    const int64_t floats = fa__size_round_up(
+        fa__size_add(fa__size_mul(fa__size_mul(pl->hp_chunks, p->D), pl->ldk), v), FA_ALIGN);
+    if (floats < 0 || fa__size_mul(floats, sizeof(float)) > (int64_t)FA_HEAD_PACK_MAX) return;
+    pl->hp_floats = (size_t)floats;
+    pl->hp = fa__alloc_aligned(fa__size_mul(nthreads, floats), sizeof(float));
+    pl->hp_head = fa__alloc(fa__size_mul(nthreads, (int64_t)sizeof(int64_t) + pl->hp_chunks), 1);
     if (!pl->hp || !pl->hp_head) {
         free(pl->hp);
         free(pl->hp_head);
@@ -702,6 +711,11 @@ static void head_packs(fwd_plan *pl, int nthreads) {
 }
 
 fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
+    return fa__cpu_forward_after(ctx, p, NULL, NULL);
+}
+
+fa_status fa__cpu_forward_after(fa_context *ctx, const fa__problem *p, void (*first)(void *),
+                                void *arg) {
     fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
     pl.br = block_positions(pl.g);
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
@@ -716,11 +730,15 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
      * work (MQA: one KV head, 71 query heads in Falcon-7B; on two threads 0.50-0.58 of the time
      * at one token, on one 1.02-1.04). Splits depend on the shapes only. Every split batch has
      * g·sq <= g·Sq (Sq: the longest query) and <= split_rows rows: part_rows bounds them. */
-    pl.split_rows = p->B * p->Hk < FA_FEW_HEADS ? FA_SPLIT_ROWS_MAX : pl.decode_rows;
+    const int64_t pairs = fa__size_mul(p->B, p->Hk); /* varlen's B is cu_seqlens' (2^61?) */
+    pl.split_rows = pairs >= 0 && pairs < FA_FEW_HEADS ? FA_SPLIT_ROWS_MAX : pl.decode_rows;
+    /* g·Sq <= H·Sq fits: Sq is the longest query (api.c plans from the lengths, not the
+     * max_seqlen_q bound) and out holds H·Sq elements */
     pl.part_rows = pl.g * p->Sq < pl.split_rows ? pl.g * p->Sq : pl.split_rows;
-    pl.scratch_floats = scratch_floats(&pl);
-    pl.task_start = malloc((size_t)(3 * p->B + 2) * sizeof(int64_t));
-    pl.scratch = aligned_alloc(64, (size_t)nthreads * pl.scratch_floats * sizeof(float));
+    const int64_t floats = scratch_floats(&pl);
+    pl.scratch_floats = (size_t)floats;
+    pl.task_start = fa__alloc(fa__size_add(fa__size_mul(3, p->B), 2), sizeof(int64_t));
+    pl.scratch = fa__alloc_aligned(fa__size_mul(nthreads, floats), sizeof(float));
     if (!pl.task_start || !pl.scratch) goto no_memory;
     head_packs(&pl, nthreads);
     pl.split = pl.task_start + p->B + 1;
@@ -747,9 +765,11 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
     }
     pl.partial = NULL;
     if (pl.part_start[p->B] > 0) {
-        pl.partial = malloc((size_t)pl.part_start[p->B] * partial_floats(&pl) * sizeof(float));
+        pl.partial = fa__alloc(fa__size_mul(pl.part_start[p->B], (int64_t)partial_floats(&pl)),
+                               sizeof(float));
         if (!pl.partial) goto no_memory;
     }
+    if (first) first(arg); /* every allocation has succeeded: the caller's writes may start */
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.task_start[p->B], fwd_task, &pl);
     if (pl.partial) fa__context_run(ctx, p->B * p->Hk, merge_task, &pl);
