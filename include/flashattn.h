@@ -79,7 +79,8 @@ FA_API const char *fa_build_info(void);
     XX(ERR_STRUCT_SIZE, -9, "a struct's struct_size is not one this library knows")                \
     XX(ERR_NO_MEMORY, -10, "out of memory")                                                        \
     XX(ERR_UNSUPPORTED, -11, "the configuration is not supported by this build")                   \
-    XX(ERR_INTERNAL, -12, "internal error")
+    XX(ERR_INTERNAL, -12, "internal error")                                                        \
+    XX(ERR_CANCELLED, -13, "the call was cancelled through params.cancel")
 
 typedef enum fa_status {
 #define FA_STATUS_ENUM_(name, value, text) FA_##name = value,
@@ -211,6 +212,17 @@ typedef struct fa_params {
      * stream. Calls return once the work is enqueued (like any CUDA call), except that
      * varlen calls with cu_seqlens in device memory first wait for the stream to read them. */
     void *cuda_stream;
+    /* Cancellation: NULL, or a flag the caller owns and may set to nonzero from any thread while
+     * the call runs (an atomic store: C11 atomic_store on an _Atomic int32_t, or
+     * __atomic_store_n). The library only reads it: between its tasks, each at most one head's
+     * block of query rows against its keys (the backward with many (batch, head) pairs per
+     * thread: one (batch, KV head)), so a call stops within about one task's time and returns
+     * FA_ERR_CANCELLED. A flag already set when the call starts returns FA_ERR_CANCELLED after
+     * the arguments are checked and before anything is written. After a cancelled call its
+     * outputs are unspecified (fa_forward_kvcache has appended k_new/v_new), memory is released
+     * and the context is usable. fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward
+     * and fa_forward_kvcache honour it; the CUDA plug-in and fa_dropout_mask ignore it. */
+    const int32_t *cancel;
 } fa_params;
 
 /* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, default scale)
@@ -241,9 +253,10 @@ FA_API void fa_params_init(fa_params *params);
  * scale/softcap) within fp32 range.
  *
  * Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE, FA_ERR_STRIDE,
- * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p; on CUDA tensors also a
- * malformed FA_CUDA_TILE_D128), FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256),
- * FA_ERR_NO_MEMORY. On error nothing has been written. */
+ * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p; with ctx NULL a malformed
+ * FA_NUM_THREADS or FA_SPIN_US; on CUDA tensors a malformed FA_CUDA_TILE_D128), FA_ERR_DEVICE,
+ * FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256), FA_ERR_NO_MEMORY, FA_ERR_CANCELLED
+ * (params.cancel). On error nothing has been written, except by a call cancelled while it ran. */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                             const fa_tensor *lse);
@@ -255,7 +268,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_t
  *   cu_seqlens_q  (B + 1) int32: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b+1])
  *   cu_seqlens_k  (B + 1) int32: likewise for keys and values; both must start at >= 0, never
  *                 decrease and end at <= total_q / total_k
- *   max_seqlen_q, max_seqlen_k   upper bounds on the sequence lengths (an error if exceeded)
+ *   max_seqlen_q, max_seqlen_k   upper bounds on the sequence lengths (an error if exceeded;
+ *                                 any larger value is valid: the work follows cu_seqlens)
  *   out           (total_q, H, D), written
  *   lse           (H, total_q) fp32, may be NULL
  *
@@ -294,7 +308,9 @@ typedef struct fa_kvcache {
     /* (B) int32: the first valid position of each row; keys before it are ignored. Not with
      * block_table. */
     fa_tensor cache_leftpad;
-    /* (B, max_pages) int32: page p of batch b's sequence is block_table[b, p]. */
+    /* (B, max_pages) int32: page p of batch b's sequence is block_table[b, p]. With k_new, a
+     * page an append writes must not be in another batch's table (read-only pages, such as a
+     * shared prefix, may be shared). Positions are int32: cache_seqlens + S_new < 2^31. */
     fa_tensor block_table;
     /* (seqlen_ro, rotary_dim / 2), q's dtype or fp32: rotary embedding of q and k_new (so it
      * needs k_new). k_new row i is rotated at position cache_seqlens[b] + i; q row i at

@@ -276,9 +276,9 @@ static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
                                             sizeof msg),
                                msg);
     } else if (st == FA_OK) {
-        ctx = fa__context_resolve(ctx);
-        if (!ctx) st = FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
-        else st = c->backward ? fa__cpu_backward(ctx, &p) : fa__cpu_forward(ctx, &p);
+        st = fa__call_begin(&ctx, params);
+        if (st == FA_OK)
+            st = fa__call_end(c->backward ? fa__cpu_backward(ctx, &p) : fa__cpu_forward(ctx, &p));
     }
     free(cu);
     return st;

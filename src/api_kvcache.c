@@ -382,10 +382,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
         q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * sizeof *q_rot);
         if (!q_rot) st = fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for q");
     }
-    if (st == FA_OK) {
-        ctx = fa__context_resolve(ctx);
-        if (!ctx) st = FA_ERR_NO_MEMORY; /* message set by fa__context_resolve */
-    }
+    if (st == FA_OK) st = fa__call_begin(&ctx, params);
     if (st == FA_OK) {
         if (c.append) {
             const fa__kvappend a = {
@@ -407,7 +404,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
             p.q = (fa__view){.data = q_rot, .dtype = FA_DTYPE_F32, .sb = c.Sq * c.H * c.D,
                              .ss = c.H * c.D, .sh = c.D, .sd = 1};
         }
-        st = fa__cpu_forward(ctx, &p);
+        st = fa__call_end(fa__cpu_forward(ctx, &p));
     }
     free(q_rot);
     free(c.ints);

@@ -2,7 +2,8 @@
 /*
  * context.c — the opaque fa_context: its thread count and pool, the lazily created default
  * context, the thread-count defaults (FA_NUM_THREADS, then the CPUs this process may use) and
- * how long idle threads poll before they sleep (FA_SPIN_US).
+ * how long idle threads poll before they sleep (FA_SPIN_US), and the calling thread's call in
+ * progress: its cancel flag, and whether the flag made a batch skip tasks.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "internal.h"
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -129,23 +131,63 @@ static void create_default(void) {
     }
 }
 
-fa_context *fa__context_resolve(fa_context *ctx) {
-    if (ctx) return ctx;
+/* The context behind a handle (NULL: the default one, created on first use), or its creation
+ * error. */
+static fa_status resolve(fa_context **ctx) {
+    if (*ctx) return FA_OK;
     pthread_once(&default_once, create_default);
-    if (!default_ctx) fa__error(default_status, "default context: %s", default_message);
-    return default_ctx;
+    if (!default_ctx) return fa__error(default_status, "default context: %s", default_message);
+    *ctx = default_ctx;
+    return FA_OK;
 }
 
 int32_t fa_context_num_threads(fa_context *ctx) {
-    ctx = fa__context_resolve(ctx);
-    return ctx ? ctx->nthreads : 1;
+    return resolve(&ctx) == FA_OK ? ctx->nthreads : 1;
 }
 
 int fa__context_threads(const fa_context *ctx) { return ctx->nthreads; }
 
+/* The calling thread's call between fa__call_begin and fa__call_end. */
+static _Thread_local struct {
+    const int32_t *cancel; /* its params.cancel, or NULL */
+    int skipped;           /* a batch left tasks out for the flag: skip the rest of the call */
+} call;
+
+static int flag_set(const int32_t *flag) {
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
+}
+
+fa_status fa__call_begin(fa_context **ctx, const fa_params *params) {
+    fa_status st = resolve(ctx);
+    if (st != FA_OK) return st;
+    /* params was validated: its struct_size is one fa__resolve_params accepts */
+    const size_t has_cancel = offsetof(fa_params, cancel) + sizeof params->cancel;
+    const int32_t *flag = params && params->struct_size >= has_cancel ? params->cancel : NULL;
+    if (flag_set(flag))
+        return fa__error(FA_ERR_CANCELLED, "params.cancel: the flag was set before the call "
+                         "started; nothing was computed or written");
+    call.cancel = flag;
+    call.skipped = 0;
+    return FA_OK;
+}
+
+fa_status fa__call_end(fa_status st) {
+    const int skipped = call.skipped;
+    call.cancel = NULL;
+    call.skipped = 0;
+    if (st == FA_OK && skipped)
+        return fa__error(FA_ERR_CANCELLED, "params.cancel: the flag was set while the call ran; "
+                         "it stopped early and its outputs are unspecified");
+    return st;
+}
+
 void fa__context_run(fa_context *ctx, int64_t ntasks, fa__task_fn fn, void *arg) {
     if (ntasks <= 0) return;
+    if (call.skipped || flag_set(call.cancel)) { /* a later batch may read an earlier one's */
+        call.skipped = 1;
+        return;
+    }
     pthread_mutex_lock(&ctx->run_mu);
-    fa__pool_run(ctx->pool, ntasks, fn, arg);
+    if (fa__pool_run(ctx->pool, ntasks, fn, arg, call.cancel)) call.skipped = 1;
     pthread_mutex_unlock(&ctx->run_mu);
 }

@@ -44,12 +44,21 @@ typedef struct fa__pool fa__pool;
 /* A task body: runs task `task` (0 <= task < ntasks) on worker `worker` (0 <= worker < nthreads). */
 typedef void (*fa__task_fn)(void *arg, int64_t task, int worker);
 
-/* The context behind a (possibly NULL) handle; creates the default context on first use.
- * Returns NULL (with the error recorded) when it cannot be created. */
-fa_context *fa__context_resolve(fa_context *ctx);
+/* Begins a CPU call on the calling thread, after its arguments are checked: resolves *ctx (NULL:
+ * the default context, created on first use) and arms params.cancel for the call's batches.
+ * Returns the default context's creation error (FA_ERR_VALUE for a malformed FA_NUM_THREADS or
+ * FA_SPIN_US), or FA_ERR_CANCELLED when the flag is already set; on FA_OK the call must end
+ * with fa__call_end. */
+fa_status fa__call_begin(fa_context **ctx, const fa_params *params);
+
+/* Ends the calling thread's call: returns st, or FA_ERR_CANCELLED (with its message) when st is
+ * FA_OK but the cancel flag left tasks out. */
+fa_status fa__call_end(fa_status st);
 
 /* Runs tasks 0..ntasks-1 on the context's threads, each task exactly once, in an order and on
- * threads that are unspecified; returns when all are done. Calls on one context are serialized. */
+ * threads that are unspecified; returns when all are done. Calls on one context are serialized.
+ * Within a call whose cancel flag is set, the tasks not yet started (and later batches) are
+ * skipped. */
 void fa__context_run(fa_context *ctx, int64_t ntasks, fa__task_fn fn, void *arg);
 
 int fa__context_threads(const fa_context *ctx);

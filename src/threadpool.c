@@ -5,7 +5,8 @@
  * task from an atomic counter until none are left. A batch is open until the caller has run
  * out of tasks: a worker that wakes after that skips it, so the caller never waits for a thread
  * to wake up only to find nothing left (small batches, e.g. a short decode step, finish on the
- * caller alone instead of paying a wake-up).
+ * caller alone instead of paying a wake-up). A batch may carry a cancel flag: once it is set,
+ * each thread leaves the batch before its next task, so the rest are skipped.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
@@ -51,7 +52,9 @@ struct fa__pool {
     fa__task_fn fn;
     void *arg;
     int64_t ntasks;
+    const int32_t *cancel; /* the batch's cancel flag, or NULL */
     atomic_int_fast64_t next;
+    atomic_int skipped; /* a thread left the batch for the flag, with tasks not run */
 };
 
 typedef struct worker_arg {
@@ -59,10 +62,18 @@ typedef struct worker_arg {
     int id;
 } worker_arg;
 
+static int cancelled(const int32_t *flag) {
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
+}
+
 static void drain(fa__pool *pool, int worker) {
     for (;;) {
         int64_t t = atomic_fetch_add_explicit(&pool->next, 1, memory_order_relaxed);
         if (t >= pool->ntasks) return;
+        if (cancelled(pool->cancel)) { /* task t and the ones after it are not run */
+            atomic_store_explicit(&pool->skipped, 1, memory_order_relaxed);
+            return;
+        }
         pool->fn(pool->arg, t, worker);
     }
 }
@@ -137,17 +148,22 @@ void fa__pool_destroy(fa__pool *pool) {
     free(pool);
 }
 
-void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg) {
+int fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg, const int32_t *cancel) {
     const int caller = pool->nthreads - 1;
     if (pool->nthreads == 1 || ntasks == 1) {
-        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, caller);
-        return;
+        for (int64_t t = 0; t < ntasks; t++) {
+            if (cancelled(cancel)) return 1;
+            fn(arg, t, caller);
+        }
+        return 0;
     }
     pthread_mutex_lock(&pool->mu);
     pool->fn = fn;
     pool->arg = arg;
     pool->ntasks = ntasks;
+    pool->cancel = cancel;
     atomic_store(&pool->next, 0);
+    atomic_store(&pool->skipped, 0);
     pool->open = 1;
     pool->batch++;
     pthread_cond_broadcast(&pool->wake);
@@ -166,4 +182,5 @@ void fa__pool_run(fa__pool *pool, int64_t ntasks, fa__task_fn fn, void *arg) {
     pthread_mutex_lock(&pool->mu);
     while (atomic_load(&pool->busy) > 0) pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
+    return atomic_load(&pool->skipped);
 }

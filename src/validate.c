@@ -157,9 +157,11 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     fa_params d;
     fa_params_init(&d);
     if (params) {
-        /* Binaries built against 0.1.0's header pass the struct without cuda_stream. */
-        const size_t v1 = offsetof(fa_params, cuda_stream);
-        if (params->struct_size != sizeof d && params->struct_size != v1)
+        /* Binaries built against 0.1.0's header pass the struct without cuda_stream, later ones
+         * without cancel. */
+        const size_t v1 = offsetof(fa_params, cuda_stream), v2 = offsetof(fa_params, cancel);
+        if (params->struct_size != sizeof d && params->struct_size != v1 &&
+            params->struct_size != v2)
             return fa__error(FA_ERR_STRUCT_SIZE, "params.struct_size is %u; expected %zu (call "
                              "fa_params_init first)", params->struct_size, sizeof d);
         memcpy(&d, params, params->struct_size);
@@ -224,7 +226,10 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
 }
 
 void *fa__params_stream(const fa_params *params) {
-    return params && params->struct_size == sizeof *params ? params->cuda_stream : NULL;
+    return params && (params->struct_size == sizeof *params ||
+                      params->struct_size == offsetof(fa_params, cancel))
+               ? params->cuda_stream
+               : NULL;
 }
 
 fa_status fa__check_same_device(const fa_tensor *t, const char *name, const fa_tensor *ref,

@@ -634,11 +634,11 @@ static void status_and_version(void) {
     count++;
     FA_STATUS_MAP(CHECK_STATUS_)
 #undef CHECK_STATUS_
-    CHECK_EQ_INT(count, 13);
+    CHECK_EQ_INT(count, 14);
     CASE_END();
 
     CASE_BEGIN("fa_status_name and fa_strerror for unknown codes");
-    static const int unknown[] = {1, 5, -13, -99, 1000, INT32_MIN};
+    static const int unknown[] = {1, 5, -14, -99, 1000, INT32_MIN};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK_EQ_STR(fa_status_name((fa_status)unknown[i]), "FA_ERR_UNKNOWN");
         CHECK_EQ_STR(fa_strerror((fa_status)unknown[i]), "unknown status code");

@@ -6,7 +6,9 @@
  * on the same context, and from two application threads sharing one context must give bitwise
  * identical out and lse (DESIGN.md §3 "Determinism"). Hundreds of short calls in a row (decode
  * steps, tiny prefills) on pools of 2, 3 and 8 threads with and without polling exercise
- * batches that end before a worker wakes up.
+ * batches that end before a worker wakes up. A call cancelled through its params.cancel while
+ * another application thread's calls share its context stops (FA_ERR_CANCELLED) without
+ * touching the other's: the flag belongs to one call, not to the context.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 
@@ -138,6 +140,51 @@ static void *worker(void *arg) {
     for (int r = 0; r < w->reps; r++)
         w->st = problem_run(w->p, w->ctx, w->out, w->lse);
     return NULL;
+}
+
+/* Calls until one fails (its status in w->st) or w->reps calls succeed. */
+static void *run_until_error(void *arg) {
+    worker_arg *w = arg;
+    for (int r = 0; r < w->reps; r++)
+        if ((w->st = problem_run(w->p, w->ctx, w->out, w->lse)) != FA_OK)
+            break;
+    return NULL;
+}
+
+/* Application thread A calls on ctx until its flag is set (by this thread once B is done) while
+ * thread B makes `reps` calls on the same context with a flag of its own, never set: A ends
+ * with FA_ERR_CANCELLED, B's calls all give the uncancelled result. */
+static void check_cancel_beside(const tcfg *ca, const tcfg *cb, fa_context *ctx, int reps) {
+    problem a, b;
+    problem_init(&a, ca);
+    problem_init(&b, cb);
+    int32_t flag_a = 0, flag_b = 0;
+    a.params.cancel = &flag_a;
+    b.params.cancel = &flag_b;
+    const size_t oa = out_bytes(&a), la = lse_bytes(&a), ob = out_bytes(&b), lb = lse_bytes(&b);
+    unsigned char *ao = malloc(oa), *al = malloc(la), *bo = malloc(ob), *bl = malloc(lb);
+    unsigned char *want_o = malloc(ob), *want_l = malloc(lb);
+    if (!ao || !al || !bo || !bl || !want_o || !want_l)
+        abort();
+    CHECK_EQ_INT(problem_run(&b, ctx, want_o, want_l), FA_OK);
+    worker_arg wa = {&a, ctx, ao, al, FA_OK, 1 << 30}, wb = {&b, ctx, bo, bl, FA_OK, reps};
+    pthread_t ta, tb;
+    REQUIRE(pthread_create(&ta, NULL, run_until_error, &wa) == 0);
+    REQUIRE(pthread_create(&tb, NULL, run_until_error, &wb) == 0);
+    pthread_join(tb, NULL);
+    __atomic_store_n(&flag_a, 1, __ATOMIC_RELAXED);
+    pthread_join(ta, NULL);
+    CHECK_MSG(wa.st == FA_ERR_CANCELLED, "A: %s", fa_status_name(wa.st));
+    CHECK_MSG(wb.st == FA_OK && memcmp(want_o, bo, ob) == 0 && memcmp(want_l, bl, lb) == 0,
+              "B beside a cancelled A: status %s or result differs", fa_status_name(wb.st));
+    /* the context is as before */
+    CHECK_EQ_INT(problem_run(&b, ctx, bo, bl), FA_OK);
+    CHECK(memcmp(want_o, bo, ob) == 0 && memcmp(want_l, bl, lb) == 0);
+    unsigned char *bufs[] = {ao, al, bo, bl, want_o, want_l};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+    problem_free(&a);
+    problem_free(&b);
 }
 
 /* Runs problem c `reps` times on a fresh context of `threads` threads created with FA_SPIN_US set
@@ -367,6 +414,21 @@ int main(void) {
             CASE_END();
         }
     printf("%-36s %4ld cases, %ld failed\n", "many short calls, bitwise",
+           test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
+           test_state_g_.cases_failed - f0);
+
+    /* ---- a call cancelled beside another application thread's calls ---- */
+    f0 = test_state_g_.cases_failed;
+    c0 = test_state_g_.cases_passed + f0;
+    for (int n = 1; n <= 3; n++) {
+        CASE_BEGIN("cancel one of two application threads on a %d-thread context", n);
+        check_cancel_beside(&k_cfgs[1], &k_cfgs[2], ctx[n], 20);
+        CASE_END();
+    }
+    CASE_BEGIN("cancel one of two application threads on the default context");
+    check_cancel_beside(&k_cfgs[6], &k_cfgs[5], NULL, 20);
+    CASE_END();
+    printf("%-36s %4ld cases, %ld failed\n", "cancel beside another thread",
            test_state_g_.cases_passed + test_state_g_.cases_failed - c0,
            test_state_g_.cases_failed - f0);
 
