@@ -31,6 +31,23 @@ grep -qx '              FA_CUDA_TILE_D128=128x64' <<<"$out" || fail "FA_CUDA_TIL
 grep -qx 'threads:      1 (default context)' <<<"$out" || fail "FA_NUM_THREADS=1 did not set 1 thread"
 if grep -q 'FA_SPIN_US\|none of' <<<"$out"; then fail "an unset variable is shown"; fi
 
+# An FA_CPU_ISA the library cannot follow is named, with the valid sets, once on stderr and in
+# info's output; a valid one is not. A malformed FA_NUM_THREADS is shown, not taken for 1 thread.
+err=$("${clean[@]}" FA_CPU_ISA=bogus "$tool" info 2>&1 >/dev/null)
+out=$("${clean[@]}" FA_CPU_ISA=bogus "$tool" info 2>/dev/null)
+echo "$err" | sed 's/^/   /'
+[ "$(grep -c 'FA_CPU_ISA=bogus ignored: not a kernel set; valid: ref ' <<<"$err")" -eq 1 ] ||
+    fail "FA_CPU_ISA=bogus: no single warning on stderr naming it and the valid sets"
+grep -q '^warning:      FA_CPU_ISA=bogus ignored: not a kernel set; valid: ref ' <<<"$out" ||
+    fail "FA_CPU_ISA=bogus: info shows no warning"
+grep -q 'in use: [a-z0-9]* (FA_CPU_ISA=bogus ignored' <<<"$out" ||
+    fail "FA_CPU_ISA=bogus: the build line does not say it was ignored"
+err=$("${clean[@]}" FA_CPU_ISA=ref "$tool" info 2>&1 >/dev/null)
+[ -z "$err" ] || fail "FA_CPU_ISA=ref: unexpected stderr: $err"
+out=$("${clean[@]}" FA_NUM_THREADS=abc "$tool" info)
+grep -qx 'threads:      unavailable: FA_NUM_THREADS is "abc"; expected an integer in 1..1024' \
+    <<<"$out" || fail "FA_NUM_THREADS=abc: info does not show the error"
+
 rc=0
 err=$("$tool" info --bogus 2>&1 >/dev/null) || rc=$?
 [ "$rc" -eq 2 ] || fail "info --bogus exited $rc, expected 2"

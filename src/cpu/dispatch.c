@@ -2,11 +2,14 @@
 /*
  * dispatch.c — chooses the CPU microkernel set once per process: the best one compiled in that
  * this CPU supports, or the one named by the FA_CPU_ISA environment variable (avx512bf16: the
- * avx512 set with its vdpbf16ps products, which it otherwise has only where they are fast).
+ * avx512 set with its vdpbf16ps products, which it otherwise has only where they are fast). A
+ * value it cannot follow (unknown, not compiled in, or not supported here) is reported once on
+ * stderr and in the note fa_build_info() shows.
  */
 #include "cpu.h"
 #include "features.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +53,25 @@ static fa__cpu_kernels tuned; /* the avx512 set with this CPU's entries: bf16, L
 /* The avx512 set's vdpbf16ps products: 1 wherever AVX512_BF16 is (FA_CPU_ISA=avx512bf16), 0
  * where they are also fast (features.h: bf16_dot_fast), -1 never (FA_CPU_ISA named a set). */
 static int bf16_mode;
-static char choice_note[160];
+static char choice_note[320];
 static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
+
+/* Every name FA_CPU_ISA can take in some build. */
+static const char *const known_sets[] = {"ref", "avx2", "avx512", "avx512bf16", "neon"};
+
+/* FA_CPU_ISA=want cannot be followed: says why in the note and, once per process, on stderr
+ * (the value shortened and with control characters replaced). */
+static void ignore_isa(const char *want, const char *why) {
+    char shown[33];
+    size_t n = 0;
+    for (; want[n] && n + 1 < sizeof shown; n++)
+        shown[n] = isprint((unsigned char)want[n]) ? want[n] : '?';
+    shown[n] = '\0';
+    snprintf(choice_note, sizeof choice_note, " (FA_CPU_ISA=%s ignored: %s)", shown, why);
+    fprintf(stderr, "flashattn: warning: FA_CPU_ISA=%s ignored: %s; using %s\n", shown, why,
+            chosen->name);
+}
 
 static void choose_set(void) {
     const fa__cpu_features *f = fa__cpu_features_get();
@@ -73,8 +92,7 @@ static void choose_set(void) {
             chosen = &fa__cpu_kernels_avx512, bf16_mode = 1;
             snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
         } else {
-            snprintf(choice_note, sizeof choice_note,
-                     " (FA_CPU_ISA=%s ignored: this CPU or OS does not support it)", want);
+            ignore_isa(want, "this CPU or OS does not support it");
         }
         return;
     }
@@ -85,12 +103,19 @@ static void choose_set(void) {
             chosen = kernel_sets[i].kernels, bf16_mode = -1;
             snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
         } else {
-            snprintf(choice_note, sizeof choice_note,
-                     " (FA_CPU_ISA=%s ignored: this CPU or OS does not support it)", want);
+            ignore_isa(want, "this CPU or OS does not support it");
         }
         return;
     }
-    snprintf(choice_note, sizeof choice_note, " (FA_CPU_ISA=%.32s ignored: not compiled in)", want);
+    char why[120];
+    snprintf(why, sizeof why, "not compiled in; this build has %s", compiled);
+    for (size_t i = 0; i < sizeof known_sets / sizeof known_sets[0]; i++)
+        if (strcmp(want, known_sets[i]) == 0) {
+            ignore_isa(want, why);
+            return;
+        }
+    snprintf(why, sizeof why, "not a kernel set; valid: %s", compiled);
+    ignore_isa(want, why);
 }
 
 /* The avx512 set gains the vdpbf16ps products as bf16_mode says. */
@@ -101,7 +126,7 @@ static void add_bf16(void) {
     char note[sizeof choice_note];
     if (bf16_mode == 0 && !f->bf16_dot_fast) {
         snprintf(note, sizeof note, " (vdpbf16ps not used: slower than fp32 FMA on this CPU; "
-                 "FA_CPU_ISA=avx512bf16 uses it)%.40s", choice_note);
+                 "FA_CPU_ISA=avx512bf16 uses it)%.200s", choice_note);
         memcpy(choice_note, note, sizeof note);
         return;
     }
@@ -116,7 +141,7 @@ static void add_bf16(void) {
     tuned.qk_rows_bf16 = fa__qk_rows_bf16_avx512;
     tuned.pv_rows_bf16 = fa__pv_rows_bf16_avx512;
     chosen = &tuned;
-    snprintf(note, sizeof note, " + avx512_bf16%.100s", choice_note);
+    snprintf(note, sizeof note, " + avx512_bf16%.280s", choice_note);
     memcpy(choice_note, note, sizeof note);
 #endif
 }

@@ -3,7 +3,9 @@
  * info.c — `flashattn info`: what library this is and what it will run on. Prints the loaded
  * library's version (and whether it matches the header the tool was built with), its build
  * description, the thread count of the default context, the CUDA plug-in status and the FA_*
- * variables that are set (they change what runs, so a bug report should show them).
+ * variables that are set (they change what runs, so a bug report should show them), with a
+ * warning for one the library cannot follow (a malformed FA_NUM_THREADS or FA_SPIN_US, an
+ * FA_CPU_ISA it ignores).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -47,8 +49,20 @@ int cmd_info(int argc, char **argv) {
         printf("  (WARNING: this tool was built against header %d.%d.%d)", FA_VERSION_MAJOR,
                FA_VERSION_MINOR, FA_VERSION_PATCH);
     printf("\n");
-    printf("build:        %s\n", fa_build_info());
-    printf("threads:      %d (default context)\n", (int)fa_context_num_threads(NULL));
+    const char *build = fa_build_info();
+    printf("build:        %s\n", build);
+    /* The default context as fa_* calls with ctx NULL would create it (its variables checked). */
+    fa_context *ctx = NULL;
+    if (fa_context_create(NULL, &ctx) == FA_OK) {
+        printf("threads:      %d (default context)\n", (int)fa_context_num_threads(ctx));
+        fa_context_destroy(ctx);
+    } else {
+        printf("threads:      unavailable: %s\n", fa_last_error_message());
+    }
+    const char *isa = strstr(build, "(FA_CPU_ISA=");
+    const char *end = isa ? strchr(isa, ')') : NULL;
+    if (end && strstr(isa, " ignored: ") && strstr(isa, " ignored: ") < end)
+        printf("warning:      %.*s\n", (int)(end - isa - 1), isa + 1);
     printf("backends:     cpu: available\n");
     if (fa_device_count(FA_DEVICE_CUDA, &ncuda) != FA_OK)
         printf("              cuda: unavailable: %s\n", fa_last_error_message());
