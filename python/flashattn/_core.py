@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from . import _lib
+from . import _args, _lib
 from ._lib import FlashAttnTypeError, FlashAttnValueError
 from .reference import attention_ref
 
@@ -151,16 +151,35 @@ class NumpyBackend:
 # ----------------------------------------------------------------------------------------------
 
 def norm_window(left, right):
-    """flash-attn treats any negative window side as unbounded; the C library wants -1."""
-    left, right = int(left), int(right)
-    return (-1 if left < 0 else left), (-1 if right < 0 else right)
+    """flash-attn treats any negative window side as unbounded; the C library wants -1. Checked
+    as int32 (_args.window_side)."""
+    return (_args.window_side(left, "window_size_left"),
+            _args.window_side(right, "window_size_right"))
 
 
 def norm_softcap(softcap):
-    """flash-attn: softcap <= 0 means off; the C library wants exactly 0 (NaN and inf go on to
-    the library, which refuses them)."""
-    softcap = float(softcap)
+    """flash-attn: softcap <= 0 means off; the C library wants exactly 0 (_args.softcap refuses
+    NaN, inf and values fp32 cannot hold)."""
+    softcap = _args.softcap(softcap)
     return 0.0 if softcap <= 0.0 else softcap
+
+
+def _scalars(dropout_p, softmax_scale, causal, wl, wr, softcap):
+    """The attention scalars of a call, checked (_args) and normalized for the C library:
+    (dropout_p, softmax_scale, causal, window_left, window_right, softcap)."""
+    dropout_p, softmax_scale, causal, _ = _args.attention(dropout_p, softmax_scale, causal, 0.0)
+    wl, wr = norm_window(wl, wr)
+    return dropout_p, softmax_scale, causal, wl, wr, norm_softcap(softcap)
+
+
+def _work(q, keys):
+    """A bound on the multiply-adds of q·kᵀ for q (.., Sq, H, D) or varlen (total_q, H, D)
+    against at most `keys` keys per query: how long a call may run (_lib: whether Ctrl-C must
+    be able to stop it)."""
+    n = int(keys)
+    for d in q.shape:
+        n *= int(d)
+    return n
 
 
 def _dev(t):
@@ -207,8 +226,8 @@ def _device_error(name, t, main, host_ok=False):
 def _params(bk, dropout_p, softmax_scale, causal, wl, wr, softcap, alibi_slopes, seed, offset,
             keep, named=()):
     """fa_params for a call whose tensors are named = [(name, Tensor)]: checks that they and
-    alibi_slopes share one device and, on CUDA, passes the backend's current stream."""
-    wl, wr = norm_window(wl, wr)
+    alibi_slopes share one device and, on CUDA, passes the backend's current stream. The
+    scalars are _scalars' (checked)."""
     alibi = None
     if alibi_slopes is not None:
         alibi, a = bk.view(alibi_slopes, "alibi_slopes", "float32")
@@ -216,8 +235,8 @@ def _params(bk, dropout_p, softmax_scale, causal, wl, wr, softcap, alibi_slopes,
     dev, idx = call_device(list(named) + [("alibi_slopes", alibi)])
     stream = bk.cuda_stream(idx) if dev == _lib.DEVICE_CUDA else None
     return _lib.params(softmax_scale=softmax_scale, causal=causal, window_left=wl,
-                       window_right=wr, softcap=norm_softcap(softcap), alibi=alibi,
-                       dropout_p=dropout_p, seed=seed, offset=offset, cuda_stream=stream)
+                       window_right=wr, softcap=softcap, alibi=alibi, dropout_p=dropout_p,
+                       seed=seed, offset=offset, cuda_stream=stream)
 
 
 def _views(bk, names_arrays, output=False):
@@ -276,6 +295,9 @@ def _seed(bk, dropout_p):
 def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_size_left,
                        window_size_right, softcap, alibi_slopes, return_softmax):
     """→ (out, softmax_lse, S_dmask, rng_state); S_dmask is empty unless return_softmax."""
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
+    return_softmax = _args.boolean("return_softmax", return_softmax)
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     _rank_check(k, "k", (4,), "(batch, seqlen_k, nheads_k, headdim)")
     _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim)")
@@ -287,7 +309,7 @@ def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_siz
     views, keep = _views(bk, list(zip(names, (q, k, v, out, lse))))
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
                 softcap, alibi_slopes, seed, offset, keep, _named(names, views))
-    _lib.forward(p, *views)
+    _lib.forward(p, *views, work=_work(q, k.shape[1]), keep=keep)
     if return_softmax:
         S = _probs_dmask(bk, q, k, None, None, None, None, p, dropout_p, softmax_scale,
                          causal, window_size_left, window_size_right, softcap, alibi_slopes,
@@ -303,6 +325,11 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
                               alibi_slopes=None, return_softmax=False, block_table=None,
                               leftpad_k=None, seqused_k=None):
     """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state)."""
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
+    max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.seqlen(max_seqlen_k, "max_seqlen_k")
+    return_softmax = _args.boolean("return_softmax", return_softmax)
     if leftpad_k is not None or seqused_k is not None:
         raise NotImplementedError("flashattn: leftpad_k and seqused_k (arguments of flash-attn's "
                                   "private varlen forward) are not supported")
@@ -323,7 +350,8 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
     tq, tk, tv, tcq, tck, to, tl = views
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
                 softcap, alibi_slopes, seed, offset, keep, _named(names, views))
-    _lib.varlen_forward(p, tq, tk, tv, tcq, tck, max_seqlen_q, max_seqlen_k, to, tl)
+    _lib.varlen_forward(p, tq, tk, tv, tcq, tck, max_seqlen_q, max_seqlen_k, to, tl,
+                        work=_work(q, min(k.shape[0], max_seqlen_k)), keep=keep)
     if return_softmax:
         S = _probs_dmask(bk, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          p, dropout_p, softmax_scale, causal, window_size_left,
@@ -369,6 +397,9 @@ def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout
                         alibi_slopes, deterministic, rng_state=None):
     """Writes dq, dk, dv (allocated if None) and returns softmax_d = rowsum(dout ∘ out), fp32
     (B, H, Sq). The backward is always deterministic; `deterministic` is accepted and ignored."""
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
+    _args.boolean("deterministic", deterministic)
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
     names = ("q", "k", "v", "out", "dout", "softmax_lse")
@@ -379,7 +410,7 @@ def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout
     def call(dq_, dk_, dv_):
         grads, _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)], output=True)
         call_device(_named(names, views) + _named(("dq", "dk", "dv"), grads))
-        _lib.backward(p, *views, *grads)
+        _lib.backward(p, *views, *grads, work=_work(q, k.shape[1]), keep=(keep, _keep))
 
     _gradients(bk, call, dq, dk, dv)
     return bk.softmax_d(dout, out, varlen=False)
@@ -390,6 +421,11 @@ def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, 
                                softmax_scale, causal, window_size_left, window_size_right,
                                softcap, alibi_slopes, deterministic, rng_state=None):
     """Varlen flash_attn_backward; softmax_d is (H, total_q)."""
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
+    max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.seqlen(max_seqlen_k, "max_seqlen_k")
+    _args.boolean("deterministic", deterministic)
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
     names = ("q", "k", "v", "out", "dout", "softmax_lse", "cu_seqlens_q", "cu_seqlens_k")
@@ -404,7 +440,8 @@ def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, 
                                         output=True)
         call_device(_named(names, views) + [("dq", tdq), ("dk", tdk), ("dv", tdv)])
         _lib.varlen_backward(p, tq, tk, tv, to, tdo, tl, tcq, tck, max_seqlen_q, max_seqlen_k,
-                             tdq, tdk, tdv)
+                             tdq, tdk, tdv, work=_work(q, min(k.shape[0], max_seqlen_k)),
+                             keep=(keep, _keep))
 
     _gradients(bk, call, dq, dk, dv)
     return bk.softmax_d(dout, out, varlen=True)
@@ -415,15 +452,16 @@ def dropout_mask_for(bk, shape, dropout_p, rng_state):
     rng_state used, as a NumPy array."""
     seed, offset = bk.rng_values(rng_state)
     mask = np.empty(tuple(int(s) for s in shape), dtype=np.uint8)
-    p = _lib.params(dropout_p=dropout_p, seed=seed, offset=offset)
+    p = _lib.params(dropout_p=_args.dropout_p(dropout_p), seed=seed, offset=offset)
     _lib.dropout_mask(p, _lib.Tensor.make(mask.ctypes.data if mask.size else None,
                                           _lib.DTYPE_U8, mask.shape, list(mask.strides)))
     return mask
 
 
 def seqlen_int(x):
-    """cache_seqlens given as one number (a Python or NumPy integer, not a bool) -> int >= 0, so
-    that a float is not truncated and a negative length is not taken for "the whole cache"."""
+    """cache_seqlens given as one number (a Python or NumPy integer, not a bool) -> int64 >= 0,
+    so that a float is not truncated and a negative length is not taken for "the whole
+    cache"."""
     n = None
     if not isinstance(x, (bool, np.bool_)):
         try:
@@ -435,7 +473,7 @@ def seqlen_int(x):
                                  f"{type(x).__name__}")
     if n < 0:
         raise FlashAttnValueError(f"cache_seqlens is {n}; expected >= 0 (None: the whole cache)")
-    return n
+    return _args.seqlen(n, "cache_seqlens")  # and within the C field (int64)
 
 
 def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
@@ -448,6 +486,11 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     k_cache/v_cache in place first. cache_seqlens: None, an int >= 0 (seqlen_int), or a (B,)
     int32 array.
     softmax_lse is None unless return_softmax_lse (the library then writes none)."""
+    wl, wr = _args.window(window_size)
+    _, softmax_scale, causal, softcap = _args.attention(0.0, softmax_scale, causal, softcap)
+    rotary_interleaved = _args.boolean("rotary_interleaved", rotary_interleaved)
+    num_splits = _args.integer("num_splits", num_splits, _args.INT32_MIN, _args.INT32_MAX)
+    return_softmax_lse = _args.boolean("return_softmax_lse", return_softmax_lse)
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     _rank_check(k_cache, "k_cache", (4,),
                 "(batch_cache, seqlen_cache, nheads_k, headdim) or paged (num_blocks, "
@@ -487,7 +530,7 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     put("rotary_cos", rotary_cos)
     put("rotary_sin", rotary_sin)
     fields["rotary_interleaved"] = 1 if rotary_interleaved else 0
-    fields["num_splits"] = int(num_splits)
+    fields["num_splits"] = num_splits
     kv = _lib.kvcache(fields)
     (tq, to), keep2 = _views(bk, [("q", q), ("out", out)])
     tl = None
@@ -496,9 +539,10 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
         keep2.append(kl)
     named = [("q", tq), ("out", to), ("softmax_lse", tl)]
     named += [(n, t) for n, t in fields.items() if isinstance(t, _lib.Tensor)]
-    p = _params(bk, 0.0, softmax_scale, causal, window_size[0], window_size[1], softcap,
-                alibi_slopes, 0, 0, keep2, named)
-    _lib.forward_kvcache(p, tq, kv, to, tl)
+    p = _params(bk, 0.0, softmax_scale, causal, wl, wr, norm_softcap(softcap), alibi_slopes, 0,
+                0, keep2, named)
+    keys = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])  # per row
+    _lib.forward_kvcache(p, tq, kv, to, tl, work=_work(q, keys), keep=(keep, keep2))
     return out, lse
 
 
@@ -508,7 +552,8 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     """flash_attn_varlen_func with a paged KV cache: k/v (num_blocks, page_block_size, Hk, D),
     block_table (B, max_blocks_per_seq) int32; sequence b's keys are its first
     cu_seqlens_k[b+1] - cu_seqlens_k[b] positions in its pages. One fa_forward_kvcache call per
-    sequence (forward only, no dropout, as the library's KV-cache path)."""
+    sequence (forward only, no dropout, as the library's KV-cache path). The scalars are
+    checked (flash_attn_varlen_forward)."""
     if dropout_p > 0:
         raise FlashAttnValueError("dropout_p: the paged KV cache (block_table) has no dropout")
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")

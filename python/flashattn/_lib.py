@@ -9,6 +9,11 @@ The library is found, in order:
   3. build/libflashattn.so of a source checkout this file lives in (python/flashattn/ → build/),
      so `PYTHONPATH=python` works after `make`.
 It is loaded on first use, so `import flashattn` never fails because of it.
+
+Ctrl-C: a ctypes call holds off Python's signal handling until it returns, so a long call (more
+than INTERRUPTIBLE_WORK multiply-adds) from the main thread runs on a helper thread while the
+main thread waits in short slices; a KeyboardInterrupt (or any exception) there sets the call's
+fa_params.cancel flag, waits for the library to stop between two of its tasks and is re-raised.
 """
 
 import ctypes
@@ -26,7 +31,8 @@ __all__ = [
     "lib", "library_path", "version", "build_info", "params",
     "forward", "varlen_forward", "backward", "varlen_backward", "dropout_mask",
     "KvCache", "has_kvcache", "kvcache", "forward_kvcache",
-    "PARAMS_SIZE_V1", "params_struct_size", "device_count", "cuda_available",
+    "PARAMS_SIZE_V1", "PARAMS_SIZE_V2", "params_struct_size", "device_count", "cuda_available",
+    "INTERRUPTIBLE_WORK",
 ]
 
 # fa_dtype / fa_device (include/flashattn.h)
@@ -81,11 +87,16 @@ class Params(ctypes.Structure):
         ("dropout_offset", ctypes.c_uint64),
         # CUDA tensors only: the cudaStream_t the work is enqueued on (None = legacy default).
         ("cuda_stream", ctypes.c_void_p),
+        # const int32_t *: a flag the library reads between tasks; nonzero = stop
+        # (FA_ERR_CANCELLED). Set by _call for the calls Ctrl-C must be able to stop.
+        ("cancel", ctypes.c_void_p),
     ]
 
 
 # sizeof(fa_params) before cuda_stream was appended: libraries of that size know no CUDA.
 PARAMS_SIZE_V1 = Params.cuda_stream.offset
+# sizeof(fa_params) before cancel was appended: such libraries cannot be interrupted.
+PARAMS_SIZE_V2 = Params.cancel.offset
 
 _PARAMS_BUFFER = 1024  # bytes: room for fields a newer library may have appended
 
@@ -156,6 +167,7 @@ _STATUS_CLASS = {
     -10: FlashAttnMemoryError,  # FA_ERR_NO_MEMORY
     -11: FlashAttnValueError,  # FA_ERR_UNSUPPORTED (e.g. head dim > 256)
     -12: FlashAttnRuntimeError,  # FA_ERR_INTERNAL
+    -13: FlashAttnRuntimeError,  # FA_ERR_CANCELLED (only through a caller's own flag)
 }
 
 
@@ -317,7 +329,7 @@ def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, so
             f"flashattn: the loaded library's fa_params is {p.struct_size} bytes; this binding "
             f"needs {PARAMS_SIZE_V1}..{_PARAMS_BUFFER} ({_lib_path}: version {version()})")
     if cuda_stream:
-        if p.struct_size < ctypes.sizeof(Params):
+        if p.struct_size < PARAMS_SIZE_V2:
             raise FlashAttnRuntimeError(
                 f"fa_params: FA_ERR_DEVICE: the loaded library ({_lib_path}, version "
                 f"{version()}) predates CUDA streams (its fa_params is {p.struct_size} bytes, "
@@ -345,26 +357,81 @@ def _ref(t):
     return None if t is None else ctypes.byref(t)
 
 
-def forward(p, q, k, v, out, lse):
-    _check(lib().fa_forward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse)),
-           "fa_forward")
+# Calls of at least this many multiply-adds (of q·kᵀ) from the main thread can be stopped by
+# Ctrl-C. Shorter ones (a decode step) run directly: they end within about 0.1 s on a 2-core
+# machine (10 GMAC/s) anyway, and the helper thread's cost (0.1-0.3 ms) would be a large part
+# of them on a many-core one.
+INTERRUPTIBLE_WORK = 1 << 30
+
+# How often the waiting main thread looks for a signal (seconds).
+_WAIT_SLICE = 0.05
 
 
-def varlen_forward(p, q, k, v, cu_q, cu_k, max_q, max_k, out, lse):
-    _check(lib().fa_varlen_forward(None, p, _ref(q), _ref(k), _ref(v), _ref(cu_q), _ref(cu_k),
-                                   int(max_q), int(max_k), _ref(out), _ref(lse)),
-           "fa_varlen_forward")
+def _call(fn, args, what, p, work, keep):
+    """fn(*args), a library call with params p, its status checked. A call of `work` >=
+    INTERRUPTIBLE_WORK from the main thread runs on a helper thread (ctypes releases the GIL)
+    while the main thread waits in slices of _WAIT_SLICE, so that signal handlers run: when one
+    raises (KeyboardInterrupt), the call's cancel flag is set, the helper joined and the
+    exception re-raised. `keep` holds the arrays the call reads and writes: the helper holds it
+    too, so they outlive the call whatever happens to the waiting thread. Calls on CUDA tensors
+    (work 0: the plug-in only enqueues them, and ignores the flag) always run directly."""
+    if work < INTERRUPTIBLE_WORK or threading.current_thread() is not threading.main_thread():
+        _check(fn(*args), what)
+        return
+    fp = Params.from_buffer(p)
+    if fp.struct_size < ctypes.sizeof(Params):  # a library without params.cancel
+        _check(fn(*args), what)
+        return
+    flag = ctypes.c_int32(0)
+    fp.cancel = ctypes.addressof(flag)
+    status = []
+
+    def run(args=args, keep=keep, flag=flag):
+        status.append(fn(*args))
+
+    helper = threading.Thread(target=run, name="flashattn-call", daemon=True)
+    try:
+        helper.start()
+        while helper.is_alive():
+            helper.join(_WAIT_SLICE)
+    except BaseException:
+        flag.value = 1
+        while helper.is_alive():  # the library stops within one of its tasks
+            try:
+                helper.join()
+            except BaseException:  # another Ctrl-C while it stops: keep waiting
+                flag.value = 1
+        raise
+    _check(status[0], what)
 
 
-def backward(p, q, k, v, out, dout, lse, dq, dk, dv):
-    _check(lib().fa_backward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
-                             _ref(lse), _ref(dq), _ref(dk), _ref(dv)), "fa_backward")
+def _host(q, work):
+    return work if q.device == DEVICE_CPU else 0
 
 
-def varlen_backward(p, q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv):
-    _check(lib().fa_varlen_backward(None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
-                                    _ref(lse), _ref(cu_q), _ref(cu_k), int(max_q), int(max_k),
-                                    _ref(dq), _ref(dk), _ref(dv)), "fa_varlen_backward")
+def forward(p, q, k, v, out, lse, work=0, keep=None):
+    _call(lib().fa_forward, (None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(lse)),
+          "fa_forward", p, _host(q, work), keep)
+
+
+def varlen_forward(p, q, k, v, cu_q, cu_k, max_q, max_k, out, lse, work=0, keep=None):
+    _call(lib().fa_varlen_forward, (None, p, _ref(q), _ref(k), _ref(v), _ref(cu_q), _ref(cu_k),
+                                    int(max_q), int(max_k), _ref(out), _ref(lse)),
+          "fa_varlen_forward", p, _host(q, work), keep)
+
+
+def backward(p, q, k, v, out, dout, lse, dq, dk, dv, work=0, keep=None):
+    _call(lib().fa_backward, (None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
+                              _ref(lse), _ref(dq), _ref(dk), _ref(dv)),
+          "fa_backward", p, _host(q, work), keep)
+
+
+def varlen_backward(p, q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, dq, dk, dv, work=0,
+                    keep=None):
+    _call(lib().fa_varlen_backward, (None, p, _ref(q), _ref(k), _ref(v), _ref(out), _ref(dout),
+                                     _ref(lse), _ref(cu_q), _ref(cu_k), int(max_q), int(max_k),
+                                     _ref(dq), _ref(dk), _ref(dv)),
+          "fa_varlen_backward", p, _host(q, work), keep)
 
 
 def dropout_mask(p, mask):
@@ -429,13 +496,13 @@ def cuda_available():
         return False, str(e)
     if n <= 0:
         return False, "fa_device_count: the CUDA plug-in loaded but sees no CUDA device"
-    if params_struct_size() < ctypes.sizeof(Params):
+    if params_struct_size() < PARAMS_SIZE_V2:
         return False, (f"the loaded library ({_lib_path}) has no cuda_stream in fa_params; "
                        f"CUDA tensors need a newer libflashattn")
     info = L.fa_build_info().decode()
     return True, f"{n} CUDA device{'s' if n != 1 else ''} ({info})"
 
 
-def forward_kvcache(p, q, kv, out, lse):
-    _check(lib().fa_forward_kvcache(None, p, _ref(q), kv, _ref(out), _ref(lse)),
-           "fa_forward_kvcache")
+def forward_kvcache(p, q, kv, out, lse, work=0, keep=None):
+    _call(lib().fa_forward_kvcache, (None, p, _ref(q), kv, _ref(out), _ref(lse)),
+          "fa_forward_kvcache", p, work, keep)

@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from . import _core, _lib
+from . import _args, _core, _lib
 from ._lib import FlashAttnRuntimeError, FlashAttnTypeError, FlashAttnValueError
 
 NAMESPACE = "flashattn_c"
@@ -373,11 +373,21 @@ def _scale(softmax_scale, q):
     return q.shape[-1] ** (-0.5) if softmax_scale is None else softmax_scale
 
 
+def _checked(dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap):
+    """The private wrappers' scalars, checked (_args) before the custom op's schema converts
+    them: (dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)."""
+    return _core._scalars(dropout_p, softmax_scale, causal, window_size_left, window_size_right,
+                          softcap)
+
+
 # Entry points for flash_attn_interface's private wrappers (softmax_scale may be None there).
 def flash_attn_forward_op(q, k, v, dropout_p, softmax_scale, causal, window_size_left,
                           window_size_right, softcap, alibi_slopes, return_softmax):
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _checked(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     return _forward_op(q, k, v, dropout_p, _scale(softmax_scale, q), causal, window_size_left,
-                       window_size_right, softcap, alibi_slopes, return_softmax)
+                       window_size_right, softcap, alibi_slopes,
+                       _args.boolean("return_softmax", return_softmax))
 
 
 def flash_attn_varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -385,29 +395,40 @@ def flash_attn_varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen
                                  window_size_left=-1, window_size_right=-1, softcap=0.0,
                                  alibi_slopes=None, return_softmax=False, block_table=None,
                                  leftpad_k=None, seqused_k=None):
-    return _varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              dropout_p, _scale(softmax_scale, q), causal, window_size_left,
-                              window_size_right, softcap, alibi_slopes, return_softmax,
-                              block_table, leftpad_k, seqused_k)
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _checked(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
+    return _varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                              _args.seqlen(max_seqlen_q, "max_seqlen_q"),
+                              _args.seqlen(max_seqlen_k, "max_seqlen_k"), dropout_p,
+                              _scale(softmax_scale, q), causal, window_size_left,
+                              window_size_right, softcap, alibi_slopes,
+                              _args.boolean("return_softmax", return_softmax), block_table,
+                              leftpad_k, seqused_k)
 
 
 def flash_attn_backward_op(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
                            softmax_scale, causal, window_size_left, window_size_right, softcap,
                            alibi_slopes, deterministic, rng_state=None):
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _checked(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     return _backward_op(dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
                         _scale(softmax_scale, q), causal, window_size_left, window_size_right,
-                        softcap, alibi_slopes, deterministic, rng_state)
+                        softcap, alibi_slopes, _args.boolean("deterministic", deterministic),
+                        rng_state)
 
 
 def flash_attn_varlen_backward_op(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
                                   cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size_left, window_size_right,
                                   softcap, alibi_slopes, deterministic, rng_state=None):
+    dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _checked(
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     return _varlen_backward_op(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
-                               cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                               cu_seqlens_k, _args.seqlen(max_seqlen_q, "max_seqlen_q"),
+                               _args.seqlen(max_seqlen_k, "max_seqlen_k"), dropout_p,
                                _scale(softmax_scale, q), causal, window_size_left,
-                               window_size_right, softcap, alibi_slopes, deterministic,
-                               rng_state)
+                               window_size_right, softcap, alibi_slopes,
+                               _args.boolean("deterministic", deterministic), rng_state)
 
 
 _CAN_SKIP_OP = HAS_CUSTOM_OP and hasattr(torch.autograd.graph, "increment_version") and \
@@ -433,9 +454,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     seqlen = -1
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         seqlen, cache_seqlens = _core.seqlen_int(cache_seqlens), None
+    wl, wr = _args.window(window_size)
+    _, softmax_scale, causal, softcap = _args.attention(0.0, softmax_scale, causal, softcap)
+    return_softmax_lse = _args.boolean("return_softmax_lse", return_softmax_lse)
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, seqlen,
-            cache_batch_idx, cache_leftpad, block_table, _scale(softmax_scale, q), causal,
-            window_size[0], window_size[1], softcap, rotary_interleaved, alibi_slopes, num_splits)
+            cache_batch_idx, cache_leftpad, block_table, _scale(softmax_scale, q), causal, wl, wr,
+            softcap, _args.boolean("rotary_interleaved", rotary_interleaved), alibi_slopes,
+            _args.integer("num_splits", num_splits, _args.INT32_MIN, _args.INT32_MAX))
     if _plain_eager((q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                      cache_batch_idx, cache_leftpad, block_table, alibi_slopes)):
         out, lse = _kvcache_call(*args, return_softmax_lse)

@@ -23,7 +23,7 @@ paged KV (block_table) is forward-only, without dropout, through the library's K
 
 import numpy as np
 
-from . import _core
+from . import _args, _core
 from ._core import NumpyBackend as _NP
 from ._lib import FlashAttnTypeError
 
@@ -134,6 +134,18 @@ def _flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_
 # The public functions
 # ----------------------------------------------------------------------------------------------
 
+def _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+             return_attn_probs):
+    """The public functions' scalars, checked against their C fields (_args) before either path:
+    (dropout_p, softmax_scale, causal, (left, right), softcap, deterministic,
+    return_attn_probs)."""
+    dropout_p, softmax_scale, causal, softcap = _args.attention(dropout_p, softmax_scale, causal,
+                                                                softcap)
+    return (dropout_p, softmax_scale, causal, _args.window(window_size), softcap,
+            _args.boolean("deterministic", deterministic),
+            _args.boolean("return_attn_probs", return_attn_probs))
+
+
 def _result(res, return_attn_probs):
     out, lse, S, _ = res
     return (out, lse, S) if return_attn_probs else out
@@ -146,6 +158,9 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     nheads, headdim); with return_attn_probs=True, (out, softmax_lse (batch, nheads, seqlen),
     S_dmask). The backward writes dqkv directly (no concatenation). Arguments as
     flash_attn_func."""
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
     if _is_numpy(qkv):
         return _result(_core.flash_attn_forward(
             _NP, qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal,
@@ -161,6 +176,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              deterministic=False, return_attn_probs=False):
     """Attention with packed kv (batch, seqlen_k, 2, nheads_k, headdim); q (batch, seqlen_q,
     nheads, headdim). GQA/MQA when nheads_k divides nheads. Arguments as flash_attn_func."""
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
     if _is_numpy(q):
         return _result(_core.flash_attn_forward(
             _NP, q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size[0],
@@ -199,7 +217,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         S_dmask [if return_attn_probs]: (batch_size, nheads, seqlen_q, seqlen_k), q's dtype:
             the softmax probabilities, negated where dropout dropped them; empty (shape (0,))
             when dropout_p == 0, as in flash-attn.
+
+    Every scalar is checked against the C field it ends in (TypeError or ValueError naming it):
+    integers for window_size (int32; negative = unbounded), a softmax_scale and softcap that
+    fp32 holds (a nonzero value that rounds to 0 or overflows is refused), dropout_p in [0, 1).
     """
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
     if _is_numpy(q):
         return _result(_core.flash_attn_forward(
             _NP, q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1],
@@ -215,6 +240,10 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      return_attn_probs=False):
     """Variable-length attention over packed qkv (total, 3, nheads, headdim) with cu_seqlens
     (batch_size + 1,) int32 → out (total, nheads, headdim); softmax_lse (nheads, total)."""
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
+    max_seqlen = _args.seqlen(max_seqlen, "max_seqlen")
     if _is_numpy(qkv):
         return _result(_core.flash_attn_varlen_forward(
             _NP, qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen,
@@ -232,6 +261,11 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     return_attn_probs=False):
     """Variable-length attention: q (total_q, nheads, headdim), packed kv (total_k, 2, nheads_k,
     headdim), cu_seqlens_q/_k (batch_size + 1,) int32, max_seqlen_q/_k ints."""
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
+    max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.seqlen(max_seqlen_k, "max_seqlen_k")
     if _is_numpy(q):
         return _result(_core.flash_attn_varlen_forward(
             _NP, q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -255,7 +289,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     max_seqlen_q, max_seqlen_k). With block_table (batch_size, max_blocks_per_seq) int32, k and
     v are a paged cache (num_blocks, page_block_size, nheads_k, headdim) and sequence b's keys
     are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] positions of its pages (forward only, no
-    dropout)."""
+    dropout). max_seqlen_q/_k: integers in [0, 2**63 - 1], bounds on the sequence lengths."""
+    dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
+        _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
+                 return_attn_probs)
+    max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
+    max_seqlen_k = _args.seqlen(max_seqlen_k, "max_seqlen_k")
     if _is_numpy(q):
         return _result(_core.flash_attn_varlen_forward(
             _NP, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
