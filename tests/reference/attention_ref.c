@@ -67,7 +67,7 @@ static void forward_impl(const ref_problem *p, const double *q, const double *k,
                         sc = rnd(sc - slope * dist);
                     }
                     s[j] = sc;
-                    if (sc > m)
+                    if (sc > m || isnan(sc)) /* a NaN score makes the row NaN, even alone */
                         m = sc;
                 }
                 for (int64_t d = 0; d < D; d++)

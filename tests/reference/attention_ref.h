@@ -27,7 +27,8 @@ typedef struct ref_problem {
 
 /* Forward in fp64 on contiguous tensors:
  *   q (B, Sq, H, D), k and v (B, Sk, Hk, D), out (B, Sq, H, D), lse (B, H, Sq) (natural log).
- * Fully masked rows and Sk = 0 give out = 0 and lse = -INFINITY. lse may be NULL. */
+ * Fully masked rows and Sk = 0 give out = 0 and lse = -INFINITY; a NaN score at a visible key
+ * (even the only one) makes the row NaN, as a +inf one does. lse may be NULL. */
 void ref_attention_forward(const ref_problem *p, const double *q, const double *k, const double *v,
                            double *out, double *lse);
 

@@ -89,7 +89,7 @@ static void backward_impl(const ref_problem *p, const double *q, const double *k
                         if (p->alibi)
                             sc = rnd(sc - slope * fabs((double)(i + Sk - Sq - j)));
                         s[j] = sc;
-                        if (sc > m)
+                        if (sc > m || isnan(sc)) /* a NaN score makes the row NaN, even alone */
                             m = sc;
                     }
                     if (nvis == 0 || m == -INFINITY) { /* nothing visible: contributes nothing */
