@@ -130,13 +130,16 @@ typedef struct fa__cpu_kernels {
                           uint32_t *px, uint32_t *dsx);
 
     /* x[i] = 2^(x[i] - m) in place, returning the sum. x[i] = -INFINITY or m = +INFINITY gives
-     * 0, never NaN; x[i] - m <= 0 is all the callers need. */
+     * 0; x[i] - m NaN (a NaN operand, or +INFINITY - +INFINITY) gives NaN, never a number (the
+     * non-finite rule, docs/semantics.md); x[i] - m <= 0 is all the callers need. */
     float (*exp2_sum)(int n, float *x, float m);
 
     /* The online softmax's step on rows of scores, rows x[r·ldx + 0..n), r < rows: per row
      * m[r] = max(m[r], max of its scores), then its scores x[t] = 2^(x[t] - mu) in place, mu
      * being the new m[r], or 0 while that is -INFINITY (a row that sees no key yet: P = 0;
-     * fa__softmax_mu); sum[r] = the sum of the row's new values. */
+     * fa__softmax_mu); sum[r] = the sum of the row's new values. A row with a NaN or +INFINITY
+     * score (or a NaN m[r]) gets a NaN sum and m[r] = NaN (fa__softmax_nan): the max
+     * instructions may drop a NaN operand, the exp2 of a NaN (or of inf - inf) never does. */
     void (*softmax_rows)(int rows, int n, float *x, int64_t ldx, float *m, float *sum);
 } fa__cpu_kernels;
 
@@ -161,10 +164,17 @@ typedef struct fa__cpu_kernels {
     } while (0)
 
 /* softmax_rows' mu: *m becomes max(*m, mx), the row's max so far; mu is that, or 0 while it is
- * -INFINITY. */
+ * -INFINITY. A NaN *m stays NaN (mx > NaN is false), so mu is NaN and so is every 2^(x - mu). */
 static inline float fa__softmax_mu(float *m, float mx) {
     if (mx > *m) *m = mx;
     return *m == -INFINITY ? 0.0f : *m;
+}
+
+/* softmax_rows' last step on a row: a NaN sum (a NaN or +INFINITY score, or a NaN max before)
+ * makes the row's max *m NaN, which a max that dropped the NaN did not. Returns sum. */
+static inline float fa__softmax_nan(float *m, float sum) {
+    if (isnan(sum)) *m = NAN;
+    return sum;
 }
 
 /* softmax_rows by two passes over each row: a set's row max, then its exp2_sum. */
@@ -172,7 +182,8 @@ static inline void fa__softmax_rows_2pass(int rows, int n, float *x, int64_t ldx
                                           float *sum, float (*row_max)(int, const float *),
                                           float (*exp2_sum)(int, float *, float)) {
     for (int r = 0; r < rows; r++)
-        sum[r] = exp2_sum(n, x + r * ldx, fa__softmax_mu(m + r, row_max(n, x + r * ldx)));
+        sum[r] = fa__softmax_nan(
+            m + r, exp2_sum(n, x + r * ldx, fa__softmax_mu(m + r, row_max(n, x + r * ldx))));
 }
 
 /* Runs CALL with FA_DT bound to dtype (f32, f16 or bf16) as a compile-time constant: a kernel

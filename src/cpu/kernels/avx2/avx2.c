@@ -652,9 +652,10 @@ static float row_max_avx2(int n, const float *x) {
 /* 2^x for x <= 127, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by a degree-6
  * polynomial, times 2^n built in the exponent bits. x is clamped to -127 first, where n = -127
  * builds the exponent bits 0, a factor of exactly 0: below -126.5 the result is 0, so -inf
- * gives exactly 0 and never NaN. */
+ * gives exactly 0. NaN gives NaN: the clamp is max(-127, x), and maxps returns its second
+ * operand when either is NaN. */
 static inline __m256 exp2_ps(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
     const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 f = _mm256_sub_ps(x, n);
     __m256 p = _mm256_set1_ps(1.5345810970757157e-4f);

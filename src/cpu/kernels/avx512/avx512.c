@@ -686,7 +686,7 @@ FA_INLINE void softmax_tile(const int R, int n, float *x, int64_t ldx, float *m,
         const __m512 *u = v[r];
         const __m512 s0 = _mm512_add_ps(_mm512_add_ps(u[0], u[1]), _mm512_add_ps(u[2], u[3]));
         const __m512 s1 = _mm512_add_ps(_mm512_add_ps(u[4], u[5]), _mm512_add_ps(u[6], u[7]));
-        sum[r] = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        sum[r] = fa__softmax_nan(m + r, _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
     }
 }
 

@@ -441,8 +441,8 @@ static void transpose_neon(int n, int d, const float *src, int64_t lds, float *d
         for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
 }
 
-/* max over x[0..n): FMAXNM, so a NaN is passed over as in ref; the last n % 4 elements are
- * loaded into a -inf padded vector. */
+/* max over x[0..n): FMAXNM, so a NaN is passed over as in ref (the exp2 and the sum then carry
+ * it: kernels.h, softmax_rows); the last n % 4 elements are loaded into a -inf padded vector. */
 static float row_max_neon(int n, const float *x) {
     float32x4_t mx0 = vdupq_n_f32(-INFINITY), mx1 = mx0;
     int j = 0;
@@ -461,10 +461,11 @@ static float row_max_neon(int n, const float *x) {
 
 /* 2^x for x <= 127, within 1 ulp: x = n + f with f in [-1/2, 1/2], 2^f by the degree-6
  * polynomial of avx2.c, times 2^n built in the exponent bits. Below -126 the result is flushed
- * to 0, and so is NaN (x >= -126 is false for both): -inf, and -inf - -inf, give exactly 0. */
+ * to 0, so -inf gives exactly 0. NaN gives NaN: it is kept (x < -126 is false for it) and FMAX,
+ * unlike FMAXNM, returns it (vcvtq_s32_f32 makes its n 0, a factor of 1). */
 static inline float32x4_t exp2_q(float32x4_t x) {
-    const uint32x4_t keep = vcgeq_f32(x, vdupq_n_f32(-126.0f));
-    x = vmaxnmq_f32(x, vdupq_n_f32(-126.0f));
+    const uint32x4_t keep = vmvnq_u32(vcltq_f32(x, vdupq_n_f32(-126.0f)));
+    x = vmaxq_f32(x, vdupq_n_f32(-126.0f));
     const float32x4_t n = vrndnq_f32(x); /* round to nearest, ties to even */
     const float32x4_t f = vsubq_f32(x, n);
     float32x4_t p = vdupq_n_f32(1.5345810970757157e-4f);
