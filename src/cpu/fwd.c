@@ -12,6 +12,9 @@
  *     online softmax: m' = max(m, rowmax S), P = 2^(S - m'), alpha = 2^(m - m'), l = alpha l + ΣP
  *     O = diag(alpha) O + P V                   (microkernel)
  *   out = O / l, lse = (m + log2 l) ln 2;  l = 0 (nothing visible) gives out = 0, lse = -inf.
+ * Non-finite values follow docs/semantics.md: a NaN or +inf score makes m, l and the row NaN (the
+ * kernels' softmax step sees to m); on a block at the band's edge whose V holds a NaN or an
+ * infinity, each row sums only its own keys (pv_exact), as 0 · NaN in the products would leak.
  *
  * Split-KV (decode): a batch whose g·Sq rows are few (FA_DECODE_ROWS: a step of one or a few
  * tokens; in a call of few (batch, KV head) pairs, up to FA_SPLIT_ROWS_MAX) has too little work
@@ -223,6 +226,31 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
     }
 }
 
+/* O = diag(alpha) O + P V on rows [r0, r1) of head hk over keys [j0, j0 + n), each row summing
+ * only the keys it sees: S and alpha are indexed by the head's rows r, O is the head's [R, D].
+ * The products take a masked P of exactly 0 times V, and 0 times a NaN or an infinity is NaN:
+ * blocks at the band's edge whose V holds one take this path instead (the non-finite rule, rule
+ * 3), so a key a row cannot see never reaches it. */
+static void pv_exact(const fwd_plan *pl, fwd_rows *t, int64_t hk, const float *S,
+                     const float *alpha, float *O, int64_t j0, int64_t n, int64_t r0, int64_t r1) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, b = t->b, rk = fa__row0_k(p, b);
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    float *v = t->tmp; // v: [n, D]
+    for (int64_t j = 0; j < n; j++)
+        fa__load_f32(v + j * D, 1, fa__elem(&p->v, b, rk + j0 + j, hk), p->v.dtype, D, p->v.sd,
+                     1.0f);
+    for (int64_t r = r0; r < r1; r++) {
+        float acc[256]; /* D <= 256 */
+        int64_t a, e;
+        fa__row_keys(p, t->i0 + r % t->nr, j0, n, off, sk, &a, &e);
+        for (int64_t u = 0; u < D; u++) acc[u] = 0.0f;
+        for (int64_t j = a; j < e; j++)
+            for (int64_t u = 0; u < D; u++) acc[u] += S[r * FA_BC + j] * v[j * D + u];
+        for (int64_t u = 0; u < D; u++) O[r * D + u] = alpha[r] * O[r * D + u] + acc[u];
+    }
+}
+
 /* Keys per decode product call. Calls take 8 keys of fp32 K or V (reading the cache in small
  * groups, front to back, keeps fp32 decode at its best read rate), and the kernel set's
  * decode_keys_half of fp16/bf16 rows (at most FA_DECODE_KEYS). */
@@ -372,9 +400,12 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                                   p->k.dtype, s, FA_BC, &pf);
             }
         }
-        for (int64_t hk = h0; hk < h1; hk++)
+        uint8_t exact[FA_BR_MAX]; /* heads whose P V is pv_exact's (hg <= br heads) */
+        for (int64_t hk = h0; hk < h1; hk++) {
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0, R);
+            exact[hk - h0] = masked && !fa__rows_finite(&p->v, b, rk + j0, n, hk, D);
+        }
         const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
         const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
         for (int64_t jg = 0; jg < n; jg += pvk) { // O = alpha O + P V
@@ -392,6 +423,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                     (decode_group){knext, 0, h00, hn, h00, kstep, nc, kb, FA_KRANGE(knext, 0, nc)};
             }
             for (int64_t hk = h0; hk < h1; hk++) {
+                if (exact[hk - h0]) continue;
                 const void *v[FA_DECODE_KEYS], *ask[FA_DECODE_KEYS];
                 head_rows(&cur, hk, cur.c, v);
                 const fa__prefetch pf = decode_ask(&cur, &next, hk, ask);
@@ -410,6 +442,10 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 }
             }
         }
+        for (int64_t hk = h0; hk < h1; hk++)
+            if (exact[hk - h0])
+                pv_exact(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R,
+                         t->O + (hk - h00) * R * D, j0, n, 0, R);
     }
 #undef FA_KRANGE
 #undef FA_VRANGE
@@ -553,9 +589,13 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                     softmax_block(pl, t, hk, S, t->alpha, j0, n, masked, r0, r1);
                 }
             }
+            /* at the band's edge, a non-finite V takes the exact path (pv_exact) */
+            const int exact = masked && !fa__rows_finite(&p->v, b, rk + j0, n, hk, D);
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
                 const int64_t r0 = u * nr + lo;
-                if (bf16) {
+                if (exact) {
+                    pv_exact(pl, t, hk, S, t->alpha, O, j0, n, r0, r0 + len);
+                } else if (bf16) {
                     uint32_t *P2 = t->P2 + r0 * (FA_BC / 2);
                     for (int64_t r = 0; r < len; r++)
                         kern->to_bf16((int)n, S + (r0 + r) * FA_BC, (uint16_t *)(P2 + r * (FA_BC / 2)));
@@ -570,16 +610,19 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     }
 }
 
-/* out = O / l and lse for one row (m, l already merged). */
+/* out = O / l and lse for one row (m, l already merged). l = 0: the row saw no key with a score
+ * above -inf, so out = 0 (whatever O holds: 0 times a NaN in V is NaN) and lse = -inf; a NaN l
+ * (a NaN or +inf score) gives NaN in both. */
 static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const float *o,
                       float m, float l) {
+    static const float zeros[256]; /* D <= 256 */
     const fa__problem *p = pl->p;
     const int64_t rq = fa__row0_q(p, b);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, o, p->D, p->out.sd,
-                  inv);
+    const int none = l == 0.0f;
+    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, none ? zeros : o, p->D,
+                  p->out.sd, none ? 1.0f : 1.0f / l);
     if (p->lse) {
-        const double lse = l > 0.0f ? ((double)m + log2((double)l)) * FA_LN2 : -INFINITY;
+        const double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_LN2;
         p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
     }
 }
@@ -650,18 +693,19 @@ static void merge_task(void *arg, int64_t task, int worker) {
     const float *first = pl->partial + (size_t)(pl->part_start[b] + hk * nc) * pf;
     float *o = pl->scratch + (size_t)worker * pl->scratch_floats; // o: [D]
     for (int64_t r = 0; r < R; r++) {
-        float m = -INFINITY;
+        float m = -INFINITY; /* NaN once a chunk's is (a NaN or +inf score there) */
         for (int64_t c = 0; c < nc; c++) {
             const float mc = first[c * pf + r];
-            m = mc > m ? mc : m;
+            m = mc > m || isnan(mc) ? mc : m;
         }
         const float m_use = m == -INFINITY ? 0.0f : m;
         float l = 0.0f;
         memset(o, 0, (size_t)D * sizeof *o);
         for (int64_t c = 0; c < nc; c++) {
+            /* An empty chunk (m = -inf) weighs w = 0; a NaN m makes every w NaN. No chunk is
+             * passed over, so a NaN in one (l, or O: 0 times a NaN V) reaches the row. */
             const float *part = first + c * pf;
-            const float w = exp2f(part[r] - m_use); /* an empty chunk has m = -inf: w = 0 */
-            if (w == 0.0f) continue;
+            const float w = exp2f(part[r] - m_use);
             l += w * part[pl->part_rows + r];
             const float *oc = part + 2 * pl->part_rows + r * D;
             for (int64_t t = 0; t < D; t++) o[t] += w * oc[t];

@@ -107,6 +107,31 @@ void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, i
     }
 }
 
+int fa__finite(const void *x, int32_t dtype, int64_t n, int64_t stride) {
+    /* A value is NaN or infinite when its exponent bits are all ones. The flags are or-ed, not
+     * branched on, so the loops vectorize. */
+    unsigned bad = 0;
+    if (dtype == FA_DTYPE_F32) {
+        const uint32_t *u = x;
+        for (int64_t t = 0; t < n; t++) bad |= (u[t * stride] & 0x7F800000u) == 0x7F800000u;
+    } else {
+        const uint16_t *u = x, e = dtype == FA_DTYPE_F16 ? 0x7C00u : 0x7F80u;
+        for (int64_t t = 0; t < n; t++) bad |= (u[t * stride] & e) == e;
+    }
+    return !bad;
+}
+
+int fa__rows_finite(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h, int64_t D) {
+    const void *rows[FA_BC];
+    for (int64_t j0 = 0; j0 < n; j0 += FA_BC) {
+        const int64_t m = n - j0 < FA_BC ? n - j0 : FA_BC;
+        fa__row_ptrs(x, b, row0 + j0, m, h, rows);
+        for (int64_t j = 0; j < m; j++)
+            if (!fa__finite(rows[j], x->dtype, D, x->sd)) return 0;
+    }
+    return 1;
+}
+
 void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride) {
     const uint16_t *s = src;
     if (stride == 1) memcpy(dst, s, (size_t)n * sizeof *dst);
@@ -172,9 +197,9 @@ void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_
         for (int64_t j = 0; j < n; j++)
             s[j] = (float)((double)s[j] - slope * fabs((double)(i + off - (j0 + j))));
     }
-    if (masked) { /* keys [lo, hi) stay: the rest of the block, two runs at most, is masked */
-        const int64_t lo = fa__key_lo(p, i, off) - j0, hi = fa__key_hi(p, i, off, sk) - j0;
-        const int64_t a = lo < 0 ? 0 : lo < n ? lo : n, e = hi < a ? a : hi < n ? hi : n;
+    if (masked) { /* keys [a, e) stay: the rest of the block, two runs at most, is masked */
+        int64_t a, e;
+        fa__row_keys(p, i, j0, n, off, sk, &a, &e);
         for (int64_t j = 0; j < a; j++) s[j] = -INFINITY;
         for (int64_t j = e; j < n; j++) s[j] = -INFINITY;
     }

@@ -118,6 +118,23 @@ static inline int fa__block_masked(const fa__problem *p, int64_t i0, int64_t nr,
     return j0 < fa__key_lo(p, i0 + nr - 1, off) || j0 + n > fa__key_hi(p, i0, off, sk);
 }
 
+/* The keys of a block [j0, j0 + n) that query i sees: [j0 + *a, j0 + *e), 0 <= *a <= *e <= n. */
+static inline void fa__row_keys(const fa__problem *p, int64_t i, int64_t j0, int64_t n, int64_t off,
+                                int64_t sk, int64_t *a, int64_t *e) {
+    const int64_t lo = fa__key_lo(p, i, off) - j0, hi = fa__key_hi(p, i, off, sk) - j0;
+    *a = lo < 0 ? 0 : lo < n ? lo : n;
+    *e = hi < *a ? *a : hi < n ? hi : n;
+}
+
+/* Are the n elements of x (dtype f32, f16 or bf16, stride `stride`) all finite (no NaN, no
+ * infinity)? The non-finite rule (docs/semantics.md) asks it of the operands of a block at the
+ * band's edge: a P or dS of exactly 0 times a NaN or an infinity would be NaN in a row that
+ * cannot see it, and such blocks then take an exact path. */
+int fa__finite(const void *x, int32_t dtype, int64_t n, int64_t stride);
+
+/* fa__finite over rows row0..row0+n of head h of a view (D elements each). */
+int fa__rows_finite(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h, int64_t D);
+
 /* The rows of [i0, i0 + nr) that see some key of [j0, j0 + n): [*lo, *hi). Rows above see only
  * earlier keys (a causal or right window's edge), rows below only later ones (a left window's).
  * Their probabilities in the block are zero, so the products may skip them: what they would add
@@ -140,8 +157,8 @@ static inline void fa__block_rows(const fa__problem *p, int64_t i0, int64_t nr, 
 void fa__score_scales(const fa__problem *p, float *qscale, float *softcap_l2);
 
 /* On one row of scores s[0..n) of query i (head h, batch b) against keys j0..: softcap, ALiBi
- * and, when `masked`, -inf outside the band. When dtanh is not NULL and softcap is on, it gets
- * the tanh derivative 1 - tanh² for the backward. */
+ * and, when `masked`, -inf outside the band (set, so a NaN score there is dropped too). When dtanh
+ * is not NULL and softcap is on, it gets the tanh derivative 1 - tanh² for the backward. */
 void fa__score_epilogue(const fa__problem *p, float softcap_l2, float *s, int64_t n, int64_t i,
                         int64_t j0, int64_t off, int64_t sk, int64_t b, int64_t h, int masked,
                         float *dtanh);
