@@ -31,6 +31,7 @@
  * into those pairs and dS's bf16 rows, bitwise as the separate steps do.
  */
 #include "cpu.h"
+#include "../convert.h"
 #include "../size.h"
 #include "tile.h"
 
@@ -157,8 +158,8 @@ static void delta_task(void *arg, int64_t task, int worker) {
 
 /* ---- the shared tile ---- */
 
-/* Loads Q (pre-scaled), dO, lse (exp2 domain; +inf for rows that saw no key, so P = 0) and Δ of
- * rows i0..i0+nr of head h. */
+/* Loads Q (pre-scaled), dO, lse (exp2 domain; +inf for rows that saw no key, so P = 0, and their
+ * q, dout and Δ as 0) and Δ of rows i0..i0+nr of head h. */
 static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h, int64_t i0,
                       int64_t nr) {
     const fa__problem *p = pl->p;
@@ -177,6 +178,17 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
         const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
         s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
         s->dlt[r] = pl->delta[delta_index(p, b, h, i)];
+        if (lse == -INFINITY) { /* the row saw no key: it adds nothing, not 0 times its q or */
+            s->dlt[r] = 0.0f;   /* dout, which may hold an infinity (all scores -inf) */
+            if (pl->bf16) {
+                const size_t words = (size_t)(D + 1) / 2 * sizeof(uint32_t);
+                memset(s->Q2 + r * ((D + 1) / 2), 0, words);
+                memset(s->dO2 + r * ((D + 1) / 2), 0, words);
+            } else {
+                memset(s->Q + r * D, 0, (size_t)D * sizeof(float));
+                memset(s->dO + r * D, 0, (size_t)D * sizeof(float));
+            }
+        }
     }
     if (!pl->bf16) return;
     const int64_t D2 = (D + 1) / 2;
@@ -274,21 +286,70 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
     }
 }
 
+/* The tile tile() built last, for add_dkdv and add_dq: batch b, query rows i0.. (head h), keys
+ * [j0, j0 + n), the rows [lo, hi) of it that see some key, and whether it crosses the band's edge
+ * (masked: some of those rows do not see every key). */
+typedef struct bwd_tile {
+    int64_t b, i0, j0, n, lo, hi;
+    int masked;
+} bwd_tile;
+
+/* A P or dS of row i at a key it cannot see is exactly 0, whatever the product of its operands
+ * gave (0 times a NaN V or dout, 2^(-inf - NaN) of a NaN row's lse): the non-finite rule. On the
+ * masked keys of one fp32 row of P and dS (a -0 of dS is left as it is). */
+static void clear_masked(const fa__problem *p, const bwd_tile *tl, int64_t r, float *pr,
+                         float *ds) {
+    const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
+    int64_t a, e;
+    fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+    const int64_t runs[2][2] = {{0, a}, {e, tl->n}}; /* the masked keys */
+    for (int u = 0; u < 2; u++)
+        for (int64_t j = runs[u][0]; j < runs[u][1]; j++) {
+            pr[j] = 0.0f;
+            if (ds[j] != 0.0f) ds[j] = 0.0f;
+        }
+}
+
+/* clear_masked on the bf16 values of the pair step: dS's bf16 rows (s->dS2) and, when dkdv, P
+ * and dS as pairs of rows (s->PX, s->dSX, rows from lo & ~1). */
+static void clear_masked_pairs(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl,
+                               int dkdv) {
+    const fa__problem *p = pl->p;
+    const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b), r0 = tl->lo & ~1;
+    for (int64_t r = tl->lo; r < tl->hi; r++) {
+        int64_t a, e;
+        fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+        uint16_t *ds = (uint16_t *)(s->dS2 + r * (FA_BC / 2));
+        const int shift = (int)(r - r0) % 2 * 16; /* the row's half of a pair */
+        uint32_t *px = s->PX + (r - r0) / 2 * FA_BC, *dsx = s->dSX + (r - r0) / 2 * FA_BC;
+        const int64_t runs[2][2] = {{0, a}, {e, tl->n}}; /* the masked keys */
+        for (int u = 0; u < 2; u++)
+            for (int64_t j = runs[u][0]; j < runs[u][1]; j++) {
+                if (ds[j] & 0x7FFF) ds[j] = 0;
+                if (!dkdv) continue;
+                if (px[j] >> shift & 0x7FFF) px[j] &= ~(0xFFFFu << shift);
+                if (dsx[j] >> shift & 0x7FFF) dsx[j] &= ~(0xFFFFu << shift);
+            }
+    }
+}
+
 /* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
  * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
- * [*lo, *hi) that see any of the keys (fa__block_rows); the others are not computed. Plan bf16:
- * also dS as bf16 in s->dS2 and, when dkdv, the pairs add_dkdv takes in s->PX, s->dSX; plan
- * pair_step: only those, in place of the fp32 Pd and dS (s->P, s->dS keep S and dP). */
+ * [tl->lo, tl->hi) that see any of the keys (fa__block_rows); the others are not computed. Plan
+ * bf16: also dS as bf16 in s->dS2 and, when dkdv, the pairs add_dkdv takes in s->PX, s->dSX;
+ * plan pair_step: only those, in place of the fp32 Pd and dS (s->P, s->dS keep S and dP). Pd
+ * and dS are exactly 0 at keys a row cannot see. */
 static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, const float *Vt,
-                 int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, int64_t *lo,
-                 int64_t *hi, int dkdv) {
+                 int64_t b, int64_t h, int64_t i0, int64_t nr, int64_t j0, int64_t n, bwd_tile *tl,
+                 int dkdv) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    fa__block_rows(p, i0, nr, j0, n, off, lo, hi);
-    const int64_t r0 = *lo, rows = *hi - *lo;
+    *tl = (bwd_tile){.b = b, .i0 = i0, .j0 = j0, .n = n};
+    fa__block_rows(p, i0, nr, j0, n, off, &tl->lo, &tl->hi);
+    const int64_t r0 = tl->lo, rows = tl->hi - tl->lo;
     if (rows == 0) return;
-    scores(pl, s, Kt, b, h, i0, r0, *hi, j0, n);
+    scores(pl, s, Kt, b, h, i0, r0, tl->hi, j0, n);
     const int64_t D2 = (D + 1) / 2;
     if (pl->bf16) // dPd: [rows, n]
         kern->qk_bf16((int)rows, (int)n, (int)D2, s->dO2 + r0 * D2, D2, (const uint32_t *)Vt, FA_BC,
@@ -296,15 +357,16 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     else
         kern->qk((int)rows, (int)n, (int)D, s->dO + r0 * D, D, Vt, FA_BC, s->dS + r0 * FA_BC,
                  FA_BC);
-    const int masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+    const int masked = tl->masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
     if (pl->pair_step) { /* the masks and ALiBi, then one step per pair of rows */
-        for (int64_t r = r0; r < *hi; r++)
+        for (int64_t r = r0; r < tl->hi; r++)
             fa__score_epilogue(p, 0.0f, s->P + r * FA_BC, n, i0 + r, j0, off, sk, b, h, masked,
                                NULL);
-        pair_step(pl, s, r0, *hi, n, dkdv);
+        pair_step(pl, s, r0, tl->hi, n, dkdv);
+        if (masked) clear_masked_pairs(pl, s, tl, dkdv);
         return;
     }
-    for (int64_t r = r0; r < *hi; r++) {
+    for (int64_t r = r0; r < tl->hi; r++) {
         float *pr = s->P + r * FA_BC, *ds = s->dS + r * FA_BC; // pr, ds: [n]
         fa__score_epilogue(p, pl->softcap_l2, pr, n, i0 + r, j0, off, sk, b, h, masked, s->dtanh);
         kern->exp2_sum((int)n, pr, s->lse2[r]); /* P = 2^(S - lse); the sum is 1 or less */
@@ -314,10 +376,11 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         for (int64_t j = 0; j < n; j++) ds[j] = s->praw[j] * (ds[j] - s->dlt[r]);
         if (pl->softcap_l2 != 0.0f)
             for (int64_t j = 0; j < n; j++) ds[j] *= s->dtanh[j];
+        if (masked) clear_masked(p, tl, r, pr, ds);
         if (pl->bf16) /* dS rounded once, for dQ's pairs along keys and dK's pairs of rows */
             kern->to_bf16((int)n, ds, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
     }
-    if (pl->bf16 && dkdv) pair_rows(pl, s, r0, *hi, n);
+    if (pl->bf16 && dkdv) pair_rows(pl, s, r0, tl->hi, n);
 }
 
 /* Floats between packed blocks of Kᵀ or Vᵀ ([D, Bc] each). */
@@ -338,13 +401,70 @@ static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *
     fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, FA_BC, s->tmp);
 }
 
-/* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built, over its rows [lo, hi) and nb keys;
- * dk, dv: [nb, D]. */
-static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t nb,
-                     float *dk, float *dv) {
+/* A bf16 value of a row: element t of a bf16 row (u) or half k of word t of pairs (w). */
+static float bf16_at(const uint16_t *u, int64_t t) { return fa__bf16_to_f32(u[t]); }
+static float pair_at(const uint32_t *w, int64_t t, int64_t k) {
+    return fa__bf16_to_f32((uint16_t)(w[t] >> (16 * k)));
+}
+
+/* Does the tile need the exact sums (add_dkdv_exact, add_dq_exact)? At the band's edge, where a
+ * masked Pd or dS of exactly 0 meets a NaN or an infinity in an operand x (n rows of cols
+ * elements, dtype f32 or bf16, row stride ld): 0 times it would be NaN in the products. */
+static int tile_exact(const bwd_tile *tl, const void *x, int32_t dtype, int64_t n, int64_t cols,
+                      int64_t ld) {
+    if (!tl->masked) return 0;
+    const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
+    for (int64_t r = 0; r < n; r++)
+        if (!fa__finite((const char *)x + (size_t)(r * ld) * es, dtype, cols, 1)) return 1;
+    return 0;
+}
+
+/* add_dkdv's sums over the tile's rows [lo, hi), each row adding only to the keys it sees. */
+static void add_dkdv_exact(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, float *dk,
+                           float *dv) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, D2 = (D + 1) / 2, r0 = tl->lo & ~1;
+    const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
+    for (int64_t r = tl->lo; r < tl->hi; r++) {
+        float qb[256], db[256]; /* plan bf16: the row's q and dout (D <= 256) */
+        const float *q = s->Q + r * D, *d = s->dO + r * D;
+        if (pl->bf16) {
+            for (int64_t t = 0; t < D; t++) {
+                qb[t] = bf16_at((const uint16_t *)(s->Q2 + r * D2), t);
+                db[t] = bf16_at((const uint16_t *)(s->dO2 + r * D2), t);
+            }
+            q = qb, d = db;
+        }
+        int64_t a, e;
+        fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+        for (int64_t j = a; j < e; j++) {
+            const int64_t at = (r - r0) / 2 * FA_BC + j, k = (r - r0) % 2; /* PX, dSX: pairs */
+            const float pj = pl->bf16 ? pair_at(s->PX, at, k) : s->P[r * FA_BC + j];
+            const float dsj = pl->bf16 ? pair_at(s->dSX, at, k) : s->dS[r * FA_BC + j];
+            for (int64_t t = 0; t < D; t++) {
+                dk[j * D + t] += dsj * q[t];
+                dv[j * D + t] += pj * d[t];
+            }
+        }
+    }
+}
+
+/* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built, over its rows [lo, hi) and n keys;
+ * dk, dv: [n, D]. */
+static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, float *dk,
+                     float *dv) {
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = pl->p->D, rows = hi - lo;
+    const int64_t D = pl->p->D, D2 = (D + 1) / 2, lo = tl->lo, hi = tl->hi, rows = hi - lo;
+    const int64_t nb = tl->n;
     if (rows == 0) return;
+    const int32_t dt = pl->bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F32;
+    const int64_t ld = pl->bf16 ? 2 * D2 : D; /* Q2, dO2 rows: D2 words */
+    const void *q = pl->bf16 ? (const void *)(s->Q2 + lo * D2) : s->Q + lo * D;
+    const void *d = pl->bf16 ? (const void *)(s->dO2 + lo * D2) : s->dO + lo * D;
+    if (tile_exact(tl, q, dt, rows, D, ld) || tile_exact(tl, d, dt, rows, D, ld)) {
+        add_dkdv_exact(pl, s, tl, dk, dv);
+        return;
+    }
     if (pl->bf16) { /* pairs of rows (r, r + 1) from an even r; rows outside [lo, hi) count as 0 */
         const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2; /* PX, dSX from tile() */
         kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->dSX, FA_BC, s->Qp + r0 / 2 * D, D, s->ones,
@@ -366,13 +486,39 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64
     kern->pv((int)nb, (int)rows, (int)D, s->PT, pl->br, s->dO + lo * D, D, s->ones, dv, D);
 }
 
+/* add_dq's sums over the tile's rows [lo, hi), each row summing only the keys it sees. */
+static void add_dq_exact(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl,
+                         const float *K, int64_t ldk, float *dq) {
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
+    for (int64_t r = tl->lo; r < tl->hi; r++) {
+        int64_t a, e;
+        fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+        for (int64_t j = a; j < e; j++) {
+            if (pl->bf16) { /* dS2: bf16 rows; K: pairs of rows (j, j + 1) */
+                const float dsj = bf16_at((const uint16_t *)(s->dS2 + r * (FA_BC / 2)), j);
+                const uint32_t *kw = (const uint32_t *)K + j / 2 * ldk;
+                for (int64_t t = 0; t < D; t++) dq[r * D + t] += dsj * pair_at(kw, t, j % 2);
+            } else {
+                const float dsj = s->dS[r * FA_BC + j], *kj = K + j * ldk;
+                for (int64_t t = 0; t < D; t++) dq[r * D + t] += dsj * kj[t];
+            }
+        }
+    }
+}
+
 /* dQ += dS K over the tile's rows [lo, hi); K: [n, D] (ld ldk; plan bf16: [n/2, D] pairs, ld
  * D), dq: [nr, D]. */
-static void add_dq(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int64_t hi, int64_t n,
-                   const float *K, int64_t ldk, float *dq) {
+static void add_dq(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, const float *K,
+                   int64_t ldk, float *dq) {
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = pl->p->D;
+    const int64_t D = pl->p->D, lo = tl->lo, hi = tl->hi, n = tl->n;
     if (hi == lo) return;
+    if (pl->bf16 ? tile_exact(tl, K, FA_DTYPE_BF16, (n + 1) / 2, 2 * D, 2 * ldk)
+                 : tile_exact(tl, K, FA_DTYPE_F32, n, D, ldk)) {
+        add_dq_exact(pl, s, tl, K, ldk, dq);
+        return;
+    }
     if (pl->bf16) { /* dS2: [rows, n/2], rounded by tile() */
         kern->pv_bf16((int)(hi - lo), (int)(n + 1) / 2, (int)D, s->dS2 + lo * (FA_BC / 2),
                       FA_BC / 2, (const uint32_t *)K, D, s->ones, dq + lo * D, D);
@@ -418,13 +564,16 @@ static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, in
     }
 }
 
-static void store_dq(const bwd_plan *pl, int64_t b, int64_t h, int64_t i0, int64_t nr,
-                     const float *dq) {
+/* dq of rows i0..i0+nr of head h; a row that saw no key (lse2 +inf) gets 0, not its sum of
+ * 0 times K, which may hold an infinity (a key whose score was -inf). */
+static void store_dq(const bwd_plan *pl, const float *lse2, int64_t b, int64_t h, int64_t i0,
+                     int64_t nr, const float *dq) {
+    static const float zeros[256]; /* D <= 256 */
     const fa__problem *p = pl->p;
     const int64_t D = p->D, rq = fa__row0_q(p, b);
     for (int64_t r = 0; r < nr; r++)
-        fa__store_f32(pl->kern, fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype, dq + r * D, D,
-                      p->dq.sd, p->scale);
+        fa__store_f32(pl->kern, fa__elem(&p->dq, b, rq + i0 + r, h), p->dq.dtype,
+                      lse2[r] == INFINITY ? zeros : dq + r * D, D, p->dq.sd, p->scale);
 }
 
 /* Asks for the query block after i0 (or the next query head's first, i_begin) of head h. */
@@ -495,9 +644,9 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
                 for (int64_t jp = jb, np; jp < jb + nb; jp += np) { // part [jp, jp + np)
                     np = part_keys(p, i0, nr, jp, jb + nb - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - jb);
-                    int64_t lo, hi;
-                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &lo, &hi, 1);
-                    add_dkdv(pl, &s, lo, hi, np, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * D);
+                    bwd_tile tl;
+                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &tl, 1);
+                    add_dkdv(pl, &s, &tl, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * D);
                 }
             }
         }
@@ -534,12 +683,12 @@ static void dq_task(void *arg, int64_t task, int worker) {
         }
         for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
             np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
-            int64_t lo, hi;
-            tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &lo, &hi, 0);
-            add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
+            bwd_tile tl;
+            tile(pl, &s, s.Kt + (jp - j0), s.Vt + (jp - j0), b, h, i0, nr, jp, np, &tl, 0);
+            add_dq(pl, &s, &tl, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
         }
     }
-    store_dq(pl, b, h, i0, nr, s.acc1);
+    store_dq(pl, s.lse2, b, h, i0, nr, s.acc1);
 }
 
 /* ---- fused: dK, dV and dQ of one (batch, KV head) ---- */
@@ -629,13 +778,13 @@ static void fused_task(void *arg, int64_t task, int worker) {
                 for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
                     np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - j0);
-                    int64_t lo, hi;
-                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &lo, &hi, 1);
-                    add_dkdv(pl, &s, lo, hi, np, dk + jp * D, dv + jp * D);
-                    add_dq(pl, &s, lo, hi, np, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
+                    bwd_tile tl;
+                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &tl, 1);
+                    add_dkdv(pl, &s, &tl, dk + jp * D, dv + jp * D);
+                    add_dq(pl, &s, &tl, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
                 }
             }
-            store_dq(pl, b, h, i0, nr, s.acc1);
+            store_dq(pl, s.lse2, b, h, i0, nr, s.acc1);
         }
     }
     store_dkdv(pl, b, hk, 0, sk, dk, dv);
