@@ -6,6 +6,7 @@
 #include "cpu/cpu.h"
 #include "internal.h"
 #include "plugin.h"
+#include "size.h"
 #include "validate.h"
 
 #include <stdlib.h>
@@ -134,11 +135,13 @@ static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t t
                                  const fa__plugin_api *api, void *stream) {
     const int64_t n = t->shape[0];
     if (t->device == FA_DEVICE_CUDA) {
-        /* Copy the strided offsets to the host, then gather: they are checked like host ones. */
-        const size_t bytes = (size_t)((n - 1) * t->stride[0] + 1) * sizeof(int32_t);
-        int32_t *host = malloc(bytes);
+        /* Copy the strided offsets to the host, then gather: they are checked like host ones.
+         * fa__check_view bounded the span's bytes. */
+        const int64_t count = fa__size_add(fa__size_mul(n - 1, t->stride[0]), 1);
+        int32_t *host = fa__alloc(count, sizeof(int32_t));
         if (!host) return fa__error(FA_ERR_NO_MEMORY, "%s: out of memory", name);
         char msg[512] = "";
+        const size_t bytes = (size_t)count * sizeof(int32_t);
         fa_status st = fa__plugin_status(api->copy(host, t->data, bytes, FA__COPY_D2H,
                                                    t->device_index, stream, msg, sizeof msg),
                                          msg);
@@ -184,11 +187,52 @@ static fa_status check_devices(const fa_params *params, const call *c) {
     return FA_OK;
 }
 
+static int empty(const fa_tensor *t) {
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] == 0) return 1;
+    return 0;
+}
+
+/* A call whose outputs have no element has nothing to compute: it returns once the views are
+ * checked, without the O(B) reads of cu_seqlens (B can be 2^61 with a stride-0 tensor). */
+static int nothing_to_write(const call *c) {
+    if (c->backward) return empty(c->dq) && empty(c->dk) && empty(c->dv);
+    return empty(c->out); /* then lse, (B, H, Sq) or (H, total_q), is empty too */
+}
+
+/* The longest sequence of offsets cu[0..B]. */
+static int64_t longest(const int32_t *cu, int64_t B) {
+    int64_t m = 0;
+    for (int64_t b = 0; b < B; b++) m = cu[b + 1] - cu[b] > m ? cu[b + 1] - cu[b] : m;
+    return m;
+}
+
+/* The ALiBi slopes are finite; CUDA slopes are copied to the host for the check. */
+static fa_status check_slopes(const fa_params *params, const fa__problem *p,
+                              const fa__plugin_api *api) {
+    if (!p->alibi || !api) return fa__check_slopes(p->alibi, p);
+    const fa_tensor *a = &params->alibi_slopes; /* checked by fa__resolve_alibi */
+    int64_t count = 1;
+    for (int i = 0; i < a->ndim; i++)
+        count = fa__size_add(count, fa__size_mul(a->shape[i] - 1, a->stride[i]));
+    float *host = fa__alloc(count, sizeof *host);
+    if (!host) return fa__error(FA_ERR_NO_MEMORY, "params.alibi_slopes: out of memory");
+    char msg[512] = "";
+    fa_status st = fa__plugin_status(api->copy(host, a->data, (size_t)count * sizeof *host,
+                                               FA__COPY_D2H, a->device_index,
+                                               fa__params_stream(params), msg, sizeof msg),
+                                     msg);
+    if (st == FA_OK) st = fa__check_slopes(host, p);
+    free(host);
+    return st;
+}
+
 /* Every check of a call, then the problem description. On success with varlen, *cu holds the
- * copied offsets (the caller frees it); for CUDA tensors *api is the plug-in (else NULL).
+ * copied offsets (the caller frees it); for CUDA tensors *api is the plug-in (else NULL);
+ * *none is set when the call has no output element (p is then not filled in).
  * Nothing is written to any tensor. */
 static fa_status prepare(const fa_params *params, const call *c, fa__problem *p, int32_t **cu,
-                         const fa__plugin_api **api) {
+                         const fa__plugin_api **api, int *none) {
     spans sp = {.n_in = 0};
     fa__span alibi_span;
     fa_status st = check_qkv(c, p, &sp);
@@ -228,10 +272,14 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
                              c->q->device_index);
         if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
     }
+    if ((*none = nothing_to_write(c))) return FA_OK;
+    if ((st = check_slopes(params, p, *api))) return st;
 
     if (c->varlen) {
-        *cu = malloc(2 * (size_t)(p->B + 1) * sizeof **cu);
-        if (!*cu) return fa__error(FA_ERR_NO_MEMORY, "cu_seqlens: out of memory");
+        *cu = fa__alloc(fa__size_mul(2, p->B + 1), sizeof **cu);
+        if (!*cu)
+            return fa__error(FA_ERR_NO_MEMORY, "cu_seqlens: out of memory for a copy of %lld "
+                             "offsets", (long long)(p->B + 1));
         void *stream = fa__params_stream(params);
         if ((st = read_cu_seqlens(c->cu_q, "cu_seqlens_q", p->total_q, "q", c->max_seqlen_q,
                                   *cu, *api, stream)) ||
@@ -243,6 +291,9 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         }
         p->cu_q = *cu;
         p->cu_k = *cu + p->B + 1;
+        /* max_seqlen_q/k are only bounds (2^62 is valid): the backends plan from the lengths */
+        p->Sq = longest(p->cu_q, p->B);
+        p->Sk = longest(p->cu_k, p->B);
     }
     p->q = make_view(c->q, c->varlen);
     p->k = make_view(c->k, c->varlen);
@@ -269,8 +320,11 @@ static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
     fa__problem p = {0};
     int32_t *cu = NULL;
     const fa__plugin_api *api = NULL;
-    fa_status st = prepare(params, c, &p, &cu, &api);
-    if (st == FA_OK && api) {
+    int none = 0;
+    fa_status st = prepare(params, c, &p, &cu, &api, &none);
+    if (st == FA_OK && none) {
+        /* no output element: nothing to compute */
+    } else if (st == FA_OK && api) {
         char msg[512] = "";
         st = fa__plugin_status(api->forward(&p, c->q->device_index, fa__params_stream(params), msg,
                                             sizeof msg),

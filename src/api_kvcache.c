@@ -6,6 +6,7 @@
  */
 #include "cpu/cpu.h"
 #include "internal.h"
+#include "size.h"
 #include "validate.h"
 
 #include <stddef.h>
@@ -119,6 +120,63 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
     return FA_OK;
 }
 
+/* Batch b's entry e of the page table (checked to be a page). */
+static int32_t page_of(const fa_kvcache *kv, int64_t b, int64_t e) {
+    const fa_tensor *bt = &kv->block_table;
+    return ((const int32_t *)bt->data)[b * bt->stride[0] + e * bt->stride[1]];
+}
+
+/* An append must not write cache rows another batch of the call uses: two batches with one
+ * cache_batch_idx row, or a page that one batch's append writes in another batch's page table
+ * (pages that are only read, a shared prefix, may be shared). One pass over the batches with
+ * a mark per cache row or page: linear in B and the pages used. */
+static fa_status check_writers(kvcall *c, const fa_kvcache *kv) {
+    if (!c->batch_idx && !c->paged) return FA_OK; /* batch b appends to row b */
+    int64_t *owner = fa__alloc(c->rows, sizeof *owner); /* b + 1 of the batch writing it, or 0 */
+    if (!owner)
+        return fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for a mark per "
+                         "cache %s (%lld)", c->paged ? "page" : "row", (long long)c->rows);
+    memset(owner, 0, (size_t)c->rows * sizeof *owner);
+    fa_status st = FA_OK;
+    if (!c->paged) {
+        for (int64_t b = 0; b < c->B && st == FA_OK; b++) {
+            int64_t *o = &owner[c->batch_idx[b]];
+            if (*o)
+                st = fa__error(FA_ERR_VALUE, "kv.cache_batch_idx[%lld] = [%lld] = %d: two "
+                               "batches would append to one cache row", (long long)*o - 1,
+                               (long long)b, c->batch_idx[b]);
+            *o = b + 1;
+        }
+        free(owner);
+        return st;
+    }
+    const int64_t page = kv->k_cache.shape[1];
+    for (int64_t b = 0; b < c->B && st == FA_OK; b++) { /* the pages each append writes */
+        const int64_t first = c->seqlens[b] / page, last = (c->seqlens[b] + c->S_new - 1) / page;
+        for (int64_t e = first; e <= last && st == FA_OK; e++) {
+            int64_t *o = &owner[page_of(kv, b, e)];
+            if (*o && *o != b + 1)
+                st = fa__error(FA_ERR_VALUE, "kv.block_table: batches %lld and %lld both append "
+                               "to page %d; an appended page must belong to one batch",
+                               (long long)*o - 1, (long long)b, page_of(kv, b, e));
+            *o = b + 1;
+        }
+    }
+    for (int64_t b = 0; b < c->B && st == FA_OK; b++) { /* and no other batch reads them */
+        const int64_t used = (c->seqlens[b] + c->S_new + page - 1) / page;
+        for (int64_t e = 0; e < used && st == FA_OK; e++) {
+            const int64_t o = owner[page_of(kv, b, e)];
+            if (o && o != b + 1)
+                st = fa__error(FA_ERR_VALUE, "kv.block_table[%lld, %lld] = %d: batch %lld's append "
+                               "writes that page, which batch %lld also uses; an appended page "
+                               "must belong to one batch", (long long)b, (long long)e,
+                               page_of(kv, b, e), (long long)o - 1, (long long)b);
+        }
+    }
+    free(owner);
+    return st;
+}
+
 /* Lengths, batch indices, leftpad and page table: shapes and values. */
 static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
     fa_status st;
@@ -142,13 +200,16 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
                              "of a row are contiguous)", (long long)bt->stride[1]);
         if (kv->k_cache.shape[1] < 1)
             return fa__error(FA_ERR_SHAPE, "kv.k_cache: page_size (shape[1]) is 0; expected >= 1");
-        c->capacity = bt->shape[1] * kv->k_cache.shape[1];
+        c->capacity = fa__size_mul(bt->shape[1], kv->k_cache.shape[1]);
+        if (c->capacity < 0) c->capacity = INT64_MAX; /* more than any int32 length reaches */
     } else {
         c->capacity = kv->k_cache.shape[1];
     }
 
-    c->ints = malloc(4 * (size_t)(B > 0 ? B : 1) * sizeof *c->ints);
-    if (!c->ints) return fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory");
+    c->ints = fa__alloc(fa__size_mul(4, B), sizeof *c->ints);
+    if (!c->ints)
+        return fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for the %lld "
+                         "batches' lengths and indices", (long long)B);
     c->seqlens = c->ints;
     c->seqlens_k = c->ints + B;
     c->batch_idx = c->leftpad = NULL;
@@ -186,6 +247,10 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
         if (len < 0)
             return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] is %lld; expected >= 0",
                              (long long)b, (long long)len);
+        if (end > INT32_MAX)
+            return fa__error(FA_ERR_VALUE, "kv.cache_seqlens[%lld] + S_new = %lld + %lld is more "
+                             "than %d positions; cache positions are int32", (long long)b,
+                             (long long)len, (long long)c->S_new, INT32_MAX);
         if (end > c->capacity) {
             if (!given(&kv->cache_seqlens))
                 return fa__error(FA_ERR_VALUE, "kv.cache_seqlen + S_new = %lld + %lld exceeds the "
@@ -205,11 +270,6 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
             if (row < 0 || row >= c->rows)
                 return fa__error(FA_ERR_VALUE, "kv.cache_batch_idx[%lld] is %lld; expected 0..%lld",
                                  (long long)b, (long long)row, (long long)c->rows - 1);
-            for (int64_t a = 0; c->append && a < b; a++)
-                if (c->batch_idx[a] == row)
-                    return fa__error(FA_ERR_VALUE, "kv.cache_batch_idx[%lld] = [%lld] = %lld: two "
-                                     "batches would append to one cache row", (long long)a,
-                                     (long long)b, (long long)row);
         }
         if (c->paged) {
             const fa_tensor *bt = &kv->block_table;
@@ -223,7 +283,7 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
             }
         }
     }
-    return FA_OK;
+    return c->S_new > 0 ? check_writers(c, kv) : FA_OK;
 }
 
 static fa_status check_rotary(kvcall *c, const fa_kvcache *kv, const fa_tensor *q, int shift_rows,
@@ -283,9 +343,10 @@ static fa__view cache_view(const fa_tensor *t, const kvcall *c, const fa_kvcache
     return v;
 }
 
+/* Every check, then the problem over the cache's view; *none: the call has nothing to do. */
 static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
                          const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse,
-                         fa__problem *p, fa__rotary *ro) {
+                         fa__problem *p, fa__rotary *ro, int *none) {
     fa_status st;
     if (!kv) return fa__error(FA_ERR_NULL_POINTER, "kv: NULL; expected a fa_kvcache");
     if (kv->struct_size != sizeof *kv)
@@ -294,7 +355,7 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if (kv->num_splits < 0 || kv->num_splits > FA_MAX_SPLITS)
         return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
                          kv->num_splits, FA_MAX_SPLITS);
-    if ((st = check_tensors(c, q, kv, out)) || (st = check_indices(c, kv))) return st;
+    if ((st = check_tensors(c, q, kv, out))) return st;
 
     p->B = c->B;
     p->Sq = c->Sq;
@@ -305,9 +366,13 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if (p->dropout_p != 0.0f)
         return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; the KV cache forward has no "
                          "dropout (set it to 0)", (double)p->dropout_p);
+    /* Nothing to attend and nothing to append: done, without the O(B) reads of the lengths
+     * and indices (B can be 2^60 when q has no element). */
+    if ((*none = c->B == 0 || (c->Sq == 0 && c->S_new == 0))) return FA_OK;
+    if ((st = check_indices(c, kv))) return st;
     const int shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
     if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
-        (st = fa__resolve_alibi(params, p, span(c, 0))))
+        (st = fa__resolve_alibi(params, p, span(c, 0))) || (st = fa__check_slopes(p->alibi, p)))
         return st;
     if (lse) {
         if ((st = fa__check_view(lse, "lse", 3, "(B, H, Sq)", 1, span(c, 1)))) return st;
@@ -369,6 +434,25 @@ static fa_status check_host_only(const fa_params *params, const fa_tensor *q, co
     return FA_OK;
 }
 
+/* The writes before the forward, run once its memory is allocated: the append of k_new/v_new
+ * into the cache, then q rotated into q_rot (when rotary is on). */
+typedef struct kvwrites {
+    const fa__kvappend *append; /* NULL: nothing to append */
+    const fa__view *q;          /* q as given */
+    float *q_rot;
+    const fa__rotary *ro;
+    const kvcall *c;
+    int shift_rows;
+} kvwrites;
+
+static void kv_writes(void *arg) {
+    const kvwrites *w = arg;
+    if (w->append) fa__cpu_kvcache_append(w->append);
+    if (w->q_rot)
+        fa__cpu_rotate_q(w->q, w->ro, w->c->seqlens, w->shift_rows, w->c->B, w->c->Sq, w->c->H,
+                         w->c->D, w->q_rot);
+}
+
 fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                              const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
     fa__clear_error();
@@ -376,35 +460,40 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     fa__problem p = {0};
     fa__rotary ro;
     float *q_rot = NULL; /* rotated q, fp32 */
+    int none = 0;
     fa_status st = check_host_only(params, q, kv, out, lse);
-    if (st == FA_OK) st = prepare(&c, params, q, kv, out, lse, &p, &ro);
-    if (st == FA_OK && ro.cos && c.B * c.Sq > 0) {
-        q_rot = malloc((size_t)(c.B * c.Sq * c.H * c.D) * sizeof *q_rot);
+    if (st == FA_OK) st = prepare(&c, params, q, kv, out, lse, &p, &ro, &none);
+    if (st != FA_OK || none) {
+        free(c.ints);
+        return st;
+    }
+    /* Everything that can fail comes first (q_rot, the context, the forward's scratch): the
+     * cache is written only once nothing can. c.B·c.Sq·c.H·c.D fits: out holds that many. */
+    if (ro.cos && c.B * c.Sq > 0) {
+        q_rot = fa__alloc(c.B * c.Sq * c.H * c.D, sizeof *q_rot);
         if (!q_rot) st = fa__error(FA_ERR_NO_MEMORY, "fa_forward_kvcache: out of memory for q");
     }
     if (st == FA_OK) st = fa__call_begin(&ctx, params);
     if (st == FA_OK) {
-        if (c.append) {
-            const fa__kvappend a = {
-                .k_new = {.data = kv->k_new.data, .dtype = q->dtype, .sb = kv->k_new.stride[0],
-                          .ss = kv->k_new.stride[1], .sh = kv->k_new.stride[2],
-                          .sd = kv->k_new.stride[3]},
-                .v_new = {.data = kv->v_new.data, .dtype = q->dtype, .sb = kv->v_new.stride[0],
-                          .ss = kv->v_new.stride[1], .sh = kv->v_new.stride[2],
-                          .sd = kv->v_new.stride[3]},
-                .k_cache = cache_view(&kv->k_cache, &c, kv),
-                .v_cache = cache_view(&kv->v_cache, &c, kv),
-                .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D,
-                .rotary = ro};
-            fa__cpu_kvcache_append(&a);
-        }
-        if (q_rot) {
-            const int shift_rows = p.causal || p.window_left >= 0 || p.window_right >= 0;
-            fa__cpu_rotate_q(&p.q, &ro, c.seqlens, shift_rows, c.B, c.Sq, c.H, c.D, q_rot);
+        const fa__kvappend a = {
+            .k_new = {.data = kv->k_new.data, .dtype = q->dtype, .sb = kv->k_new.stride[0],
+                      .ss = kv->k_new.stride[1], .sh = kv->k_new.stride[2],
+                      .sd = kv->k_new.stride[3]},
+            .v_new = {.data = kv->v_new.data, .dtype = q->dtype, .sb = kv->v_new.stride[0],
+                      .ss = kv->v_new.stride[1], .sh = kv->v_new.stride[2],
+                      .sd = kv->v_new.stride[3]},
+            .k_cache = cache_view(&kv->k_cache, &c, kv),
+            .v_cache = cache_view(&kv->v_cache, &c, kv),
+            .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D,
+            .rotary = ro};
+        const fa__view q_given = p.q;
+        const kvwrites w = {.append = c.append ? &a : NULL, .q = &q_given, .q_rot = q_rot,
+                            .ro = &ro, .c = &c,
+                            .shift_rows = p.causal || p.window_left >= 0 || p.window_right >= 0};
+        if (q_rot)
             p.q = (fa__view){.data = q_rot, .dtype = FA_DTYPE_F32, .sb = c.Sq * c.H * c.D,
                              .ss = c.H * c.D, .sh = c.D, .sd = 1};
-        }
-        st = fa__call_end(fa__cpu_forward(ctx, &p));
+        st = fa__call_end(fa__cpu_forward_after(ctx, &p, kv_writes, (void *)&w));
     }
     free(q_rot);
     free(c.ints);

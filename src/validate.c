@@ -225,6 +225,23 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
     return FA_OK;
 }
 
+fa_status fa__check_slopes(const float *slopes, const fa__problem *p) {
+    if (!p->alibi) return FA_OK;
+    const int64_t nb = p->alibi_sb ? p->B : 1; /* (H) slopes serve every batch */
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t h = 0; h < p->H; h++) {
+            const float x = slopes[b * p->alibi_sb + h * p->alibi_sh];
+            if (!isfinite(x)) {
+                if (p->alibi_sb)
+                    return fa__error(FA_ERR_VALUE, "params.alibi_slopes[%lld, %lld] is %g; "
+                                     "slopes must be finite", (long long)b, (long long)h, (double)x);
+                return fa__error(FA_ERR_VALUE, "params.alibi_slopes[%lld] is %g; slopes must be "
+                                 "finite", (long long)h, (double)x);
+            }
+        }
+    return FA_OK;
+}
+
 void *fa__params_stream(const fa_params *params) {
     return params && (params->struct_size == sizeof *params ||
                       params->struct_size == offsetof(fa_params, cancel))
