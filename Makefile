@@ -44,14 +44,15 @@ asan:
 	ctest --test-dir $(ASAN_BUILD) --output-on-failure --parallel $(JOBS)
 
 # The thread pool under ThreadSanitizer: the threaded test suites (contexts of 1 to 8 threads,
-# application threads sharing a context, hundreds of short calls, split decode). test_kvcache
-# runs as two tests there, its determinism group (threads x num_splits) beside the others.
+# application threads sharing a context, hundreds of short calls, split decode, calls cancelled
+# from another thread). test_kvcache runs as two tests there, its determinism group
+# (threads x num_splits) beside the others.
 tsan:
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
 	    -DFA_TSAN=ON -DFA_CUDA=OFF $(CMAKE_ARGS)
-	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target test_threads test_kvcache
+	cmake --build $(TSAN_BUILD) --parallel $(JOBS) --target test_threads test_kvcache test_cancel
 	ctest --test-dir $(TSAN_BUILD) --output-on-failure --parallel $(JOBS) \
-	    -R '^test_(threads|kvcache_tsan_.*)$$'
+	    -R '^test_(threads|cancel|kvcache_tsan_.*)$$'
 
 format:
 	clang-format -i $(C_SOURCES)
