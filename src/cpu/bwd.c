@@ -288,9 +288,10 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
 
 /* The tile tile() built last, for add_dkdv and add_dq: batch b, query rows i0.. (head h), keys
  * [j0, j0 + n), the rows [lo, hi) of it that see some key, and whether it crosses the band's edge
- * (masked: some of those rows do not see every key). */
+ * (masked: some of those rows do not see every key; then keys [ka, ke) are those every one of
+ * them sees, ka >= ke when none is). */
 typedef struct bwd_tile {
-    int64_t b, i0, j0, n, lo, hi;
+    int64_t b, i0, j0, n, lo, hi, ka, ke;
     int masked;
 } bwd_tile;
 
@@ -358,6 +359,12 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         kern->qk((int)rows, (int)n, (int)D, s->dO + r0 * D, D, Vt, FA_BC, s->dS + r0 * FA_BC,
                  FA_BC);
     const int masked = tl->masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
+    tl->ka = 0, tl->ke = n;
+    for (int64_t r = r0; masked && r < tl->hi; r++) {
+        int64_t a, e;
+        fa__row_keys(p, i0 + r, j0, n, off, sk, &a, &e);
+        tl->ka = a > tl->ka ? a : tl->ka, tl->ke = e < tl->ke ? e : tl->ke;
+    }
     if (pl->pair_step) { /* the masks and ALiBi, then one step per pair of rows */
         for (int64_t r = r0; r < tl->hi; r++)
             fa__score_epilogue(p, 0.0f, s->P + r * FA_BC, n, i0 + r, j0, off, sk, b, h, masked,
@@ -407,15 +414,29 @@ static float pair_at(const uint32_t *w, int64_t t, int64_t k) {
     return fa__bf16_to_f32((uint16_t)(w[t] >> (16 * k)));
 }
 
-/* Does the tile need the exact sums (add_dkdv_exact, add_dq_exact)? At the band's edge, where a
- * masked Pd or dS of exactly 0 meets a NaN or an infinity in an operand x (n rows of cols
- * elements, dtype f32 or bf16, row stride ld): 0 times it would be NaN in the products. */
-static int tile_exact(const bwd_tile *tl, const void *x, int32_t dtype, int64_t n, int64_t cols,
-                      int64_t ld) {
+/* Do the tile's sums need the exact path (add_dkdv_exact, add_dq_exact)? Where a masked Pd or
+ * dS of exactly 0 meets a NaN or an infinity in an operand, as 0 times it would be NaN in the
+ * products: in q or dout (x: the tile's rows from lo, row stride ld, cols elements of dtype f32
+ * or bf16) of a row that misses some key, or (rows_exact = 0) in K (x: rows of keys, or of pairs
+ * of keys, from key 0) at a key some row misses. Only tiles at the band's edge can. */
+static int tile_exact(const bwd_tile *tl, int rows_exact, const void *x, int32_t dtype,
+                      int64_t pairs, int64_t cols, int64_t ld, const fa__problem *p) {
     if (!tl->masked) return 0;
     const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
-    for (int64_t r = 0; r < n; r++)
+    const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
+    const int64_t n = rows_exact ? tl->hi - tl->lo : (tl->n + pairs - 1) / pairs;
+    /* the rows of x whose keys every row sees (pairs: both keys): [ka, ke) */
+    const int64_t ka = (tl->ka + pairs - 1) / pairs, ke = tl->ka < tl->ke ? tl->ke / pairs : ka;
+    for (int64_t r = 0; r < n; r++) {
+        if (rows_exact) { /* a row that sees every key of the tile adds no 0 times x */
+            int64_t a, e;
+            fa__row_keys(p, tl->i0 + tl->lo + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+            if (a == 0 && e == tl->n) continue;
+        } else if (r >= ka && r < ke) { /* keys (pairs) every row sees */
+            continue;
+        }
         if (!fa__finite((const char *)x + (size_t)(r * ld) * es, dtype, cols, 1)) return 1;
+    }
     return 0;
 }
 
@@ -461,7 +482,7 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *t
     const int64_t ld = pl->bf16 ? 2 * D2 : D; /* Q2, dO2 rows: D2 words */
     const void *q = pl->bf16 ? (const void *)(s->Q2 + lo * D2) : s->Q + lo * D;
     const void *d = pl->bf16 ? (const void *)(s->dO2 + lo * D2) : s->dO + lo * D;
-    if (tile_exact(tl, q, dt, rows, D, ld) || tile_exact(tl, d, dt, rows, D, ld)) {
+    if (tile_exact(tl, 1, q, dt, 1, D, ld, pl->p) || tile_exact(tl, 1, d, dt, 1, D, ld, pl->p)) {
         add_dkdv_exact(pl, s, tl, dk, dv);
         return;
     }
@@ -514,8 +535,8 @@ static void add_dq(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl,
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D, lo = tl->lo, hi = tl->hi, n = tl->n;
     if (hi == lo) return;
-    if (pl->bf16 ? tile_exact(tl, K, FA_DTYPE_BF16, (n + 1) / 2, 2 * D, 2 * ldk)
-                 : tile_exact(tl, K, FA_DTYPE_F32, n, D, ldk)) {
+    if (pl->bf16 ? tile_exact(tl, 0, K, FA_DTYPE_BF16, 2, 2 * D, 2 * ldk, pl->p)
+                 : tile_exact(tl, 0, K, FA_DTYPE_F32, 1, D, ldk, pl->p)) {
         add_dq_exact(pl, s, tl, K, ldk, dq);
         return;
     }
