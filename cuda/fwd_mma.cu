@@ -170,6 +170,103 @@ static __device__ __forceinline__ void fa_load_block(uint32_t dst, const char *f
                       tid % kChunks < dch);
 }
 
+/* Do thread tid's chunks of V's key block from key j0 (those it loads: chunk tid % kChunks of
+ * rows tid / kChunks + it·kRowStep; keys below sk, chunks below dch) hold a NaN or an infinity?
+ * A half is one when its exponent is all ones: adding the exponent's lowest bit then carries
+ * into the half's top bit. v: key 0's row (row stride v_ss bytes). */
+template <int kRows, int kW, bool kBf16>
+static __device__ __forceinline__ bool fa_block_nonfinite(const char *v, int64_t v_ss, int j0,
+                                                          int sk, int dch, int tid) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
+    constexpr uint32_t kExp = kBf16 ? 0x7f807f80u : 0x7c007c00u;
+    constexpr uint32_t kExpLow = kBf16 ? 0x00800080u : 0x04000400u;
+    const int r0 = j0 + tid / kChunks, ch = tid % kChunks;
+    uint32_t any = 0;
+#pragma unroll
+    for (int it = 0; it < kRows / kRowStep; ++it) {
+        if (ch < dch && r0 + it * kRowStep < sk) {
+            const uint4 x = *(const uint4 *)(v + (r0 + it * kRowStep) * v_ss + 16 * ch);
+            any |= ((x.x & kExp) + kExpLow) | ((x.y & kExp) + kExpLow) | ((x.z & kExp) + kExpLow) |
+                   ((x.w & kExp) + kExpLow);
+        }
+    }
+    return (any & 0x80008000u) != 0;
+}
+
+/* The 8 fp16/bf16 values of a 16-byte chunk, as fp32. */
+template <bool kBf16>
+static __device__ __forceinline__ void fa_chunk_f32(const char *src, float (&x)[8]) {
+    const uint4 c = *(const uint4 *)src;
+    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        x[e] = fa_to_f32<kBf16>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
+    }
+}
+
+/* The CTA's rows, one thread a row, one key at a time (the arithmetic of cuda/fwd_row.h on this
+ * kernel's scores: S in the exp2 domain, softcap and ALiBi as the key loop has them), with O in
+ * shared memory ([kD][kBlockM] fp32, over the tiles: the key loop is done with them). Only the
+ * keys a row sees take part, so a NaN or an infinity of V at a key it cannot see stays out,
+ * which P V over a whole key block cannot do (0 times NaN is NaN). The key loop's results are
+ * replaced by these when an edge block's V held such a value; slow, and only then. */
+template <int kBlockM, bool kBf16, class Smem>
+static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const char *k,
+                                     const char *v, unsigned b, unsigned h, int rq, int sq, int sk,
+                                     int i0, float slope_l2, int tid) {
+    const int off = sk - sq, D = 8 * prm.dch;
+    for (int r = tid; r < kBlockM && i0 + r < sq; r += kThreads) {
+        const int i = i0 + r, lo = fa_key_lo(prm, i, off, sk), hi = fa_key_hi(prm, i, off, sk);
+        const char *q = prm.q + b * prm.q_sb + (int64_t)(rq + i) * prm.q_ss + h * prm.q_sh;
+        auto o = [&](int d) { return (float *)(smem + 4 * (d * kBlockM + r)); };
+        for (int d = 0; d < D; ++d)
+            *o(d) = 0.0f;
+        float m = -INFINITY, l = 0.0f;
+        for (int j = lo; j < hi; ++j) {
+            float s = 0.0f;
+            for (int ch = 0; ch < prm.dch; ++ch) {
+                float qx[8], kx[8];
+                fa_chunk_f32<kBf16>(q + 16 * ch, qx);
+                fa_chunk_f32<kBf16>(k + j * prm.k_ss + 16 * ch, kx);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    s = fmaf(qx[e], kx[e], s);
+            }
+            if (prm.softcap_l2 != 0.0f)
+                s = prm.softcap_l2 * (1.0f - __fdividef(2.0f, fa_exp2(s * prm.softcap_in) + 1.0f));
+            else
+                s *= prm.scale_l2;
+            if (prm.alibi)
+                s -= slope_l2 * fabsf((float)(i + off - j));
+            if (s > m) { // a new maximum (from -inf: alpha = 0 scales l = 0 and O = 0)
+                const float alpha = fa_exp2(m - s);
+                l *= alpha;
+                for (int d = 0; d < D; ++d)
+                    *o(d) *= alpha;
+                m = s;
+            }
+            const float e = s == -INFINITY ? 0.0f : fa_exp2(s - m); // NaN stays NaN
+            l += e;
+            for (int ch = 0; ch < prm.dch; ++ch) {
+                float vx[8];
+                fa_chunk_f32<kBf16>(v + j * prm.v_ss + 16 * ch, vx);
+#pragma unroll
+                for (int x = 0; x < 8; ++x)
+                    *o(8 * ch + x) += e * vx[x];
+            }
+        }
+        const bool none = l == 0.0f; // as the key loop's epilogue
+        const float inv = __fdividef(1.0f, l);
+        char *out = prm.o + b * prm.o_sb + (int64_t)(rq + i) * prm.o_ss + h * prm.o_sh;
+        for (int d = 0; d < D; d += 2)
+            *(uint32_t *)(out + 2 * d) =
+                fa_pack2<kBf16>(none ? 0.0f : *o(d) * inv, none ? 0.0f : *o(d + 1) * inv);
+        if (prm.lse)
+            prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
+                none ? -INFINITY : (m + __log2f(l)) * FA_LN2_F;
+    }
+}
+
 template <int kD, int kBlockM, int kBlockN, bool kBf16>
 __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -256,6 +353,27 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                                   sk - j_last, prm.dch, tid);
         fa_cp_async_commit();
     }
+    /* A NaN or an infinity of V at a key some row of the CTA cannot see would reach that row
+     * all the same, as 0 times it in P V. Such keys lie only in the blocks that straddle the
+     * band's edge (keys below lo_last, or from hi_first on), which the key loop masks: when the
+     * V of one of them holds such a value, fa_rows_exact makes the CTA's rows instead, each
+     * from the keys it sees. The check reads those blocks of V (the loop loads them too) while
+     * the CTA's first tiles load, and costs the key loop nothing. */
+    bool v_nonfinite = false;
+    for (int n = n_min; n < n_end; ++n) {
+        const int j0 = n * kBlockN;
+        if (j0 >= lo_last && j0 + kBlockN <= hi_first) // mask-free: on to the right edge
+            n = max(n, hi_first / kBlockN - 1);
+        else
+            v_nonfinite |=
+                fa_block_nonfinite<kBlockN, kW, kBf16>(v, prm.v_ss, j0, sk, prm.dch, tid);
+    }
+    if (__syncthreads_or(v_nonfinite)) {
+        fa_cp_async_wait_all();
+        __syncthreads(); // every copy landed: the tiles are free
+        fa_rows_exact<kBlockM, kBf16>(prm, smem, k, v, b, h, rq, sq, sk, i0, slope_l2, tid);
+        return;
+    }
     /* This thread's sources in K(n) and V(n), stepped back a block before each load of the next
      * block (all whole: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk); never read when the
      * band is empty. */
@@ -340,6 +458,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 }
         }
         if (j0 < lo_last || j0 + kBlockN > hi_first) { // the block straddles the band's edge
+            // a score the row cannot see is set to -inf (NaN + -inf would stay NaN)
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -359,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
         /* Online softmax, row by row (rows g and g+8 of each m16 tile). */
         // P: [kWarpRows, kBlockN] per warp, S's C fragments packed as f16x2/bf16x2
         uint32_t p[kMT][kNT][2];
-        float alpha[kMT][2]; // O's rescale factor per row
+        float alpha[kMT][2];   // O's rescale factor per row
         bool grew_row[kMT][2]; // row g or g+8 of m16 tile mt has a new max
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
@@ -435,16 +554,20 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
             float l = row_l[mt][hf];
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             l += __shfl_xor_sync(0xffffffffu, l, 1);
-            const float inv = l > 0.0f ? __fdividef(1.0f, l) : 0.0f; // l >= 1 when > 0
+            /* l = 0: no key weighs anything, out = 0 (also where O is 0 times a non-finite V)
+             * and lse = -inf. l = NaN (a NaN or +Inf score it sees: 2^NaN, 2^(inf - inf)):
+             * out and lse NaN. Else l >= 1. */
+            const bool none = l == 0.0f;
+            const float inv = __fdividef(1.0f, l);
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt) {
-                acc_o[mt][dt][2 * hf] *= inv;
-                acc_o[mt][dt][2 * hf + 1] *= inv;
+                acc_o[mt][dt][2 * hf] = none ? 0.0f : acc_o[mt][dt][2 * hf] * inv;
+                acc_o[mt][dt][2 * hf + 1] = none ? 0.0f : acc_o[mt][dt][2 * hf + 1] * inv;
             }
             const int i = i0 + wrow + mt * 16 + hf * 8 + g;
             if (prm.lse && t == 0 && i < sq)
                 prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
-                    l > 0.0f ? (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F : -INFINITY;
+                    none ? -INFINITY : (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F;
         }
     }
     __syncwarp();

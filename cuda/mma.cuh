@@ -2,8 +2,8 @@
 /*
  * mma.cuh — inline-PTX wrappers for the sm_80 tensor-core path: cp.async (16-byte global ->
  * shared copies with zero fill), ldmatrix (.x4 and .x4.trans), mma.sync m16n8k16 with fp32
- * accumulators, fp32 -> f16x2/bf16x2 packing and ex2.approx. Fragment layouts are the PTX ISA's
- * (g = lane / 4, t = lane % 4):
+ * accumulators, fp32 -> f16x2/bf16x2 packing and back, and ex2.approx. Fragment layouts are the
+ * PTX ISA's (g = lane / 4, t = lane % 4):
  *   A (16x16, 4 regs): row g cols 2t, 2t+1 | row g+8 same | row g cols 2t+8, 2t+9 | row g+8 same
  *   B (16x8, 2 regs):  k rows 2t, 2t+1 col g | k rows 2t+8, 2t+9 col g
  *   C (16x8, 4 fp32):  row g cols 2t, 2t+1, then row g+8 cols 2t, 2t+1
@@ -88,6 +88,15 @@ template <bool kBf16> static __device__ __forceinline__ uint32_t fa_pack2(float 
     else
         asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+/* An fp16 or bf16 value (the low 16 bits of h) as fp32, exactly. */
+template <bool kBf16> static __device__ __forceinline__ float fa_to_f32(uint32_t h) {
+    if constexpr (kBf16)
+        return __uint_as_float(h << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"((unsigned short)h));
+    return f;
 }
 
 /* 2^x, about 2 ulp; 2^-inf = +0, results below 2^-126 flush to 0. */

@@ -6,8 +6,9 @@
 // One CTA at a time; its threads run as fibers (Ctx below) in one OS thread. Warp-collective
 // operations (ldmatrix, mma.sync, shfl, any, syncwarp) gather all 32 lanes' operands, then the
 // last lane to arrive computes every lane's result from the PTX ISA's fragment layouts (mma.cuh
-// in cuda/ lists them). __syncthreads is a block barrier. Shared memory is a byte array poisoned
-// with 0xFF (NaN in fp16 and bf16) with a per-4-byte shadow that reports read-after-write,
+// in cuda/ lists them). __syncthreads and __syncthreads_or are a block barrier. Shared memory
+// is a byte array poisoned with 0xFF (NaN in fp16 and bf16) with a per-4-byte shadow that
+// reports read-after-write,
 // write-after-read and write-after-write races between threads not separated by a barrier,
 // reads of bytes with a cp.async in flight, out-of-range and misaligned accesses, and counts
 // ldmatrix bank conflicts. cp.async checks its source (16-byte aligned, inside a registered
@@ -283,15 +284,29 @@ static inline void block_barrier_complete() {
     for (int w = 0; w < kMaxWarps; ++w)
         g_wsync[w]++;
 }
-static inline void syncthreads() {
+// One barrier's arrivals are all __syncthreads (kind 1) or all __syncthreads_or (kind 2).
+static int g_b_kind = 0;
+static int g_b_or = 0, g_b_or_result = 0; // the OR so far, and that of the last completed one
+static inline int syncthreads_kind(int kind, int pred) {
     const uint64_t gen = g_b_gen;
     g_progress++;
-    if (++g_b_arrived == g_alive)
+    if (g_b_kind && g_b_kind != kind)
+        EMU_ERR("__syncthreads and __syncthreads_or arrive at one barrier");
+    g_b_kind = kind;
+    g_b_or |= pred != 0;
+    if (++g_b_arrived == g_alive) {
+        g_b_or_result = g_b_or;
+        g_b_or = 0;
+        g_b_kind = 0;
         block_barrier_complete();
-    else
+    } else {
         while (g_b_gen == gen)
             yield();
+    }
+    return g_b_or_result;
 }
+static inline void syncthreads() { syncthreads_kind(1, 0); }
+static inline int syncthreads_or(int pred) { return syncthreads_kind(2, pred); }
 
 // ---- warp collectives ------------------------------------------------------------------------
 enum Op { OP_LDSM = 1, OP_LDSM_T, OP_MMA_F16, OP_MMA_BF16, OP_SHFL_XOR, OP_ANY, OP_SYNCWARP };
@@ -579,6 +594,7 @@ static void run_block(unsigned bx, int nthreads, int smem_bytes) {
         g_wc[w].arrived = 0;
     }
     g_b_arrived = 0;
+    g_b_kind = g_b_or = 0;
     if ((int)g_fib.size() < nthreads)
         g_fib.resize(nthreads);
     g_alive = nthreads;
@@ -679,6 +695,7 @@ static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline void __syncthreads() { emu::syncthreads(); }
+static inline int __syncthreads_or(int pred) { return emu::syncthreads_or(pred); }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
     emu::CIn x{};
     x.op = emu::OP_SYNCWARP;

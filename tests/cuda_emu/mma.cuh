@@ -43,6 +43,9 @@ template <bool kBf16> static inline uint32_t fa_pack2(float lo, float hi) {
         return (uint32_t)emu::f2bf(lo) | ((uint32_t)emu::f2bf(hi) << 16);
     return (uint32_t)emu::f2h(lo) | ((uint32_t)emu::f2h(hi) << 16);
 }
+template <bool kBf16> static inline float fa_to_f32(uint32_t h) {
+    return kBf16 ? emu::bf2f((uint16_t)h) : emu::h2f((uint16_t)h);
+}
 static inline float fa_exp2(float x) { // ex2.approx.ftz.f32
     if (fpclassify(x) == FP_SUBNORMAL)
         x = 0.0f;

@@ -450,45 +450,57 @@ static void add_nonfinite(std::vector<Cfg> &cfgs) {
                     c.plants = std::move(pl);
                     cfgs.push_back(c);
                 };
-                Cfg c = c0; // q: NaN, +Inf, -Inf with the keys' column positive (all scores
-                c.Sq = c.Sk = 130, c.H = 2, c.Hk = 1; // -Inf: fully masked), -Inf mixed signs
+                /* q: NaN; +Inf; -Inf with the keys' column positive (every score -Inf: a
+                 * fully masked row); -Inf against mixed signs */
+                Cfg c = c0;
+                c.Sq = c.Sk = 130, c.H = 2, c.Hk = 1;
                 add(c, "q",
                     {{'q', 0, 3, 0, 1, nan, false},
                      {'q', 0, 70, 1, 2, inf, false},
                      {'q', 0, 100, 0, 0, -inf, true},
                      {'q', 0, 129, 1, 5, -inf, false}});
-                c = c0; // k, causal: rows from the planted key on see it, rows before do not
+                /* k, causal: rows from the planted key on see it, the rows before do not. Key
+                 * 50 scores -Inf (weight 0) and its v is +Inf: 0 times +Inf is NaN. */
+                c = c0;
                 c.Sq = c.Sk = 130, c.H = 2, c.Hk = 1, c.causal = true;
                 add(c, "k",
                     {{'k', 0, 100, 0, 3, nan, false},
                      {'k', 0, 120, 0, 4, inf, false},
-                     {'k', 0, 50, 0, 6, -inf, true}}); // a -Inf score: weight 0
-                c = c0;                                // v, causal
+                     {'k', 0, 50, 0, 6, -inf, true},
+                     {'v', 0, 50, 0, 2, inf, false}});
+                /* v, causal */
+                c = c0;
                 c.Sq = c.Sk = 130, c.H = 2, c.Hk = 2, c.causal = true;
                 add(c, "v",
                     {{'v', 0, 30, 0, 1, nan, false},
                      {'v', 0, 90, 0, 2, inf, false},
                      {'v', 0, 129, 1, 7, -inf, false}});
-                c = c0; // both edges of a sliding window (row i sees keys i .. i + 57)
+                /* both edges of a sliding window: row i sees keys i .. i + 57 */
+                c = c0;
                 c.Sq = 260, c.Sk = 300, c.wl = 40, c.wr = 17;
                 add(c, "window",
                     {{'k', 0, 150, 0, 0, nan, false},
                      {'v', 0, 200, 1, 3, inf, false},
                      {'v', 0, 60, 0, 5, nan, false}});
-                c = c0; // varlen: a sequence's last keys, the next one's first (packed rows)
+                /* varlen, causal (packed key rows): sequence 0's last key (seen by its row 4
+                 * only), sequence 1's key 100 (its rows >= 101) and its last key (its row 129),
+                 * sequence 2's first key (all its rows), just past sequence 1's last block */
+                c = c0;
                 c.lq = {5, 130, 64}, c.lk = {9, 129, 70}, c.causal = true, c.Hk = 1;
                 add(c, "varlen",
-                    {{'v', 0, 8, 0, 0, nan, false},         // seq 0's last key: its row 4 only
-                     {'k', 0, 9 + 100, 0, 1, nan, false},   // seq 1's key 100: its rows >= 101
-                     {'v', 0, 9 + 128, 0, 2, inf, false},   // seq 1's last key: its row 129
-                     {'v', 0, 9 + 129, 0, 3, nan, false}}); // seq 2's first key: rows >= 0
-                c = c0; // a partial last key block (Sk = 200), causal: row i sees keys <= i + 123
+                    {{'v', 0, 8, 0, 0, nan, false},
+                     {'k', 0, 9 + 100, 0, 1, nan, false},
+                     {'v', 0, 9 + 128, 0, 2, inf, false},
+                     {'v', 0, 9 + 129, 0, 3, nan, false}});
+                /* a partial last key block (Sk = 200), causal: row i sees keys <= i + 123 */
+                c = c0;
                 c.Sq = 77, c.Sk = 200, c.causal = true;
                 add(c, "partial",
                     {{'k', 0, 199, 0, 2, nan, false},
                      {'v', 0, 150, 0, 1, nan, false},
                      {'v', 0, 190, 1, 4, -inf, false}});
-                c = c0; // softcap (tanh of an infinite score is finite) and ALiBi, causal
+                /* softcap (tanh of an infinite score is finite) and ALiBi, causal */
+                c = c0;
                 c.Sq = c.Sk = 140, c.causal = true, c.softcap = 5, c.alibi = 0.3f, c.mag = 2;
                 add(c, "softcap",
                     {{'q', 0, 50, 0, 1, inf, false},
