@@ -17,14 +17,16 @@
 /* a · b, or FA_SIZE_OVERFLOW when either is negative (overflowed) or the product overflows. */
 static inline int64_t fa__size_mul(int64_t a, int64_t b) {
     int64_t r;
-    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return FA_SIZE_OVERFLOW;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return FA_SIZE_OVERFLOW;
     return r;
 }
 
 /* a + b, with the same rule. */
 static inline int64_t fa__size_add(int64_t a, int64_t b) {
     int64_t r;
-    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return FA_SIZE_OVERFLOW;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+        return FA_SIZE_OVERFLOW;
     return r;
 }
 
@@ -38,7 +40,8 @@ static inline int64_t fa__size_round_up(int64_t n, int64_t align) {
  * Allocates at least one byte, so NULL always means failure. */
 static inline void *fa__alloc(int64_t count, size_t elem) {
     const int64_t bytes = fa__size_mul(count, (int64_t)elem);
-    if (bytes < 0 || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX) return NULL;
+    if (bytes < 0 || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX)
+        return NULL;
     return malloc(bytes > 0 ? (size_t)bytes : 1);
 }
 
@@ -46,7 +49,8 @@ static inline void *fa__alloc(int64_t count, size_t elem) {
  * requires); free() releases it. */
 static inline void *fa__alloc_aligned(int64_t count, size_t elem) {
     const int64_t bytes = fa__size_round_up(fa__size_mul(count, (int64_t)elem), 64);
-    if (bytes < 0 || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX) return NULL;
+    if (bytes < 0 || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX)
+        return NULL;
     return aligned_alloc(64, bytes > 0 ? (size_t)bytes : 64);
 }
 
