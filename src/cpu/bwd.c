@@ -90,6 +90,7 @@ typedef struct bwd_scratch {
     float *dtanh;       /* [Bc] */
     float *praw;        /* [Bc]: one row of P before dropout */
     float *ones;        /* [FA_ONES] */
+    uint8_t *row_finite; /* [Br]: q and dout of a loaded row: 1 finite, 2 not, 0 not looked at */
 } bwd_scratch;
 
 static size_t carve(bwd_scratch *s, float *base, int64_t D, int bf16, int64_t br) {
@@ -110,7 +111,7 @@ static size_t carve(bwd_scratch *s, float *base, int64_t D, int bf16, int64_t br
     FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rct);
     FA_TAKE(dST, rct), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
     FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
-    FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m);
+    FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m), FA_TAKE(row_finite, r);
 #undef FA_TAKE
     return (size_t)(at - base);
 }
@@ -164,6 +165,7 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
                       int64_t nr) {
     const fa__problem *p = pl->p;
     const int64_t rq = fa__row0_q(p, b), D = p->D;
+    memset(s->row_finite, 0, (size_t)nr);
     for (int64_t r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
         const void *q = fa__elem(&p->q, b, rq + i, h), *dout = fa__elem(&p->dout, b, rq + i, h);
@@ -305,9 +307,9 @@ static void clear_masked(const fa__problem *p, const bwd_tile *tl, int64_t r, fl
     fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
     const int64_t runs[2][2] = {{0, a}, {e, tl->n}}; /* the masked keys */
     for (int u = 0; u < 2; u++)
-        for (int64_t j = runs[u][0]; j < runs[u][1]; j++) {
+        for (int64_t j = runs[u][0]; j < runs[u][1]; j++) { /* a select, which vectorizes */
             pr[j] = 0.0f;
-            if (ds[j] != 0.0f) ds[j] = 0.0f;
+            ds[j] = ds[j] == 0.0f ? ds[j] : 0.0f;
         }
 }
 
@@ -414,28 +416,42 @@ static float pair_at(const uint32_t *w, int64_t t, int64_t k) {
     return fa__bf16_to_f32((uint16_t)(w[t] >> (16 * k)));
 }
 
-/* Do the tile's sums need the exact path (add_dkdv_exact, add_dq_exact)? Where a masked Pd or
- * dS of exactly 0 meets a NaN or an infinity in an operand, as 0 times it would be NaN in the
- * products: in q or dout (x: the tile's rows from lo, row stride ld, cols elements of dtype f32
- * or bf16) of a row that misses some key, or (rows_exact = 0) in K (x: rows of keys, or of pairs
- * of keys, from key 0) at a key some row misses. Only tiles at the band's edge can. */
-static int tile_exact(const bwd_tile *tl, int rows_exact, const void *x, int32_t dtype,
-                      int64_t pairs, int64_t cols, int64_t ld, const fa__problem *p) {
+/* Do q or dout hold a NaN or an infinity in a row of the tile that misses some key? Only a tile
+ * at the band's edge has such rows, and there a masked Pd or dS of exactly 0 would meet it in
+ * the products (0 times it is NaN): add_dkdv_exact then. A loaded row is looked at once. */
+static int rows_nonfinite(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl) {
     if (!tl->masked) return 0;
-    const size_t es = dtype == FA_DTYPE_F32 ? 4 : 2;
+    const fa__problem *p = pl->p;
+    const int64_t D = p->D, D2 = (D + 1) / 2;
     const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
-    const int64_t n = rows_exact ? tl->hi - tl->lo : (tl->n + pairs - 1) / pairs;
-    /* the rows of x whose keys every row sees (pairs: both keys): [ka, ke) */
+    for (int64_t r = tl->lo; r < tl->hi; r++) {
+        int64_t a, e;
+        fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
+        if (a == 0 && e == tl->n) continue; /* it sees every key: no masked 0 */
+        if (!s->row_finite[r]) {
+            const int ok = pl->bf16 ? fa__finite(s->Q2 + r * D2, FA_DTYPE_BF16, D, 1) &&
+                                          fa__finite(s->dO2 + r * D2, FA_DTYPE_BF16, D, 1)
+                                    : fa__finite(s->Q + r * D, FA_DTYPE_F32, D, 1) &&
+                                          fa__finite(s->dO + r * D, FA_DTYPE_F32, D, 1);
+            s->row_finite[r] = ok ? 1 : 2;
+        }
+        if (s->row_finite[r] == 2) return 1;
+    }
+    return 0;
+}
+
+/* Does K hold a NaN or an infinity at a key of the tile that some row misses (add_dq_exact then,
+ * as rows_nonfinite)? K: fp32 rows, ldk floats apart; plan bf16: pairs of keys, ldk words. */
+static int keys_nonfinite(const bwd_plan *pl, const bwd_tile *tl, const float *K, int64_t ldk) {
+    if (!tl->masked) return 0;
+    const int64_t D = pl->p->D, pairs = pl->bf16 ? 2 : 1, n = (tl->n + pairs - 1) / pairs;
+    /* the rows of K whose keys every row sees (pairs: both keys): [ka, ke) */
     const int64_t ka = (tl->ka + pairs - 1) / pairs, ke = tl->ka < tl->ke ? tl->ke / pairs : ka;
     for (int64_t r = 0; r < n; r++) {
-        if (rows_exact) { /* a row that sees every key of the tile adds no 0 times x */
-            int64_t a, e;
-            fa__row_keys(p, tl->i0 + tl->lo + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
-            if (a == 0 && e == tl->n) continue;
-        } else if (r >= ka && r < ke) { /* keys (pairs) every row sees */
-            continue;
-        }
-        if (!fa__finite((const char *)x + (size_t)(r * ld) * es, dtype, cols, 1)) return 1;
+        if (r >= ka && r < ke) continue;
+        if (pl->bf16 ? !fa__finite((const uint32_t *)K + r * ldk, FA_DTYPE_BF16, 2 * D, 1)
+                     : !fa__finite(K + r * ldk, FA_DTYPE_F32, D, 1))
+            return 1;
     }
     return 0;
 }
@@ -475,14 +491,10 @@ static void add_dkdv_exact(const bwd_plan *pl, const bwd_scratch *s, const bwd_t
 static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, float *dk,
                      float *dv) {
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = pl->p->D, D2 = (D + 1) / 2, lo = tl->lo, hi = tl->hi, rows = hi - lo;
+    const int64_t D = pl->p->D, lo = tl->lo, hi = tl->hi, rows = hi - lo;
     const int64_t nb = tl->n;
     if (rows == 0) return;
-    const int32_t dt = pl->bf16 ? FA_DTYPE_BF16 : FA_DTYPE_F32;
-    const int64_t ld = pl->bf16 ? 2 * D2 : D; /* Q2, dO2 rows: D2 words */
-    const void *q = pl->bf16 ? (const void *)(s->Q2 + lo * D2) : s->Q + lo * D;
-    const void *d = pl->bf16 ? (const void *)(s->dO2 + lo * D2) : s->dO + lo * D;
-    if (tile_exact(tl, 1, q, dt, 1, D, ld, pl->p) || tile_exact(tl, 1, d, dt, 1, D, ld, pl->p)) {
+    if (rows_nonfinite(pl, s, tl)) {
         add_dkdv_exact(pl, s, tl, dk, dv);
         return;
     }
@@ -535,8 +547,7 @@ static void add_dq(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl,
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t D = pl->p->D, lo = tl->lo, hi = tl->hi, n = tl->n;
     if (hi == lo) return;
-    if (pl->bf16 ? tile_exact(tl, 0, K, FA_DTYPE_BF16, 2, 2 * D, 2 * ldk, pl->p)
-                 : tile_exact(tl, 0, K, FA_DTYPE_F32, 1, D, ldk, pl->p)) {
+    if (keys_nonfinite(pl, tl, K, ldk)) {
         add_dq_exact(pl, s, tl, K, ldk, dq);
         return;
     }

@@ -251,6 +251,31 @@ static void pv_exact(const fwd_plan *pl, fwd_rows *t, int64_t hk, const float *S
     }
 }
 
+/* Does V hold a NaN or an infinity at a key of the block [j0, j0 + n) that some query position
+ * of the task misses (only there can a masked P of 0 meet it)? V is the products' operand: fp32
+ * rows (ld floats apart; pairs = 1), bf16 pairs of keys (ld words apart; pairs = 2), or NULL:
+ * head hk's rows of the input, read in place. */
+static int v_nonfinite(const fwd_plan *pl, const fwd_rows *t, int64_t hk, const void *V, int pairs,
+                       int64_t ld, int64_t j0, int64_t n) {
+    const fa__problem *p = pl->p;
+    const int64_t b = t->b, sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    int64_t a, e, ka, ke; /* keys every position sees: [ka, ke), from the first and last ones */
+    fa__row_keys(p, t->i0 + t->nr - 1, j0, n, off, sk, &ka, &e);
+    fa__row_keys(p, t->i0, j0, n, off, sk, &a, &ke);
+    const int64_t runs[2][2] = {{0, ka < ke ? ka : n}, {ka < ke ? ke : n, n}}; /* the others */
+    for (int u = 0; u < 2; u++) {
+        const int64_t lo = runs[u][0] / pairs, hi = (runs[u][1] + pairs - 1) / pairs;
+        if (!V && lo < hi &&
+            !fa__rows_finite(&p->v, b, fa__row0_k(p, b) + j0 + lo, hi - lo, hk, p->D))
+            return 1;
+        for (int64_t r = lo; V && r < hi; r++) /* fp32 rows, or pair rows of 2·D bf16 */
+            if (pairs == 1 ? !fa__finite((const float *)V + r * ld, FA_DTYPE_F32, p->D, 1)
+                           : !fa__finite((const uint32_t *)V + r * ld, FA_DTYPE_BF16, 2 * p->D, 1))
+                return 1;
+    }
+    return 0;
+}
+
 /* Keys per decode product call. Calls take 8 keys of fp32 K or V (reading the cache in small
  * groups, front to back, keeps fp32 decode at its best read rate), and the kernel set's
  * decode_keys_half of fp16/bf16 rows (at most FA_DECODE_KEYS). */
@@ -404,7 +429,7 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         for (int64_t hk = h0; hk < h1; hk++) {
             softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
                           masked, 0, R);
-            exact[hk - h0] = masked && !fa__rows_finite(&p->v, b, rk + j0, n, hk, D);
+            exact[hk - h0] = masked && v_nonfinite(pl, t, hk, NULL, 1, 0, j0, n);
         }
         const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
         const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
@@ -590,7 +615,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 }
             }
             /* at the band's edge, a non-finite V takes the exact path (pv_exact) */
-            const int exact = masked && !fa__rows_finite(&p->v, b, rk + j0, n, hk, D);
+            const int exact = masked && (bf16 ? v_nonfinite(pl, t, hk, t->Vpack, 2, D, j0, n)
+                                              : v_nonfinite(pl, t, hk, V, 1, ldv, j0, n));
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
                 const int64_t r0 = u * nr + lo;
                 if (exact) {
