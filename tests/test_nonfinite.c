@@ -136,7 +136,9 @@ static void table_add(const char *label, int dt, int ok) {
 
 static void table_print(void) {
     const char *info = fa_build_info(), *set = strstr(info, "kernels: ");
-    printf("\nnon-finite rule, kernel set %s\n", set ? set : info);
+    set = set ? set : info;
+    const char *end = strstr(set, "; cuda"); /* the kernel sets only */
+    printf("\nnon-finite rule, cpu %.*s\n", end ? (int)(end - set) : (int)strlen(set), set);
     printf("%-28s %9s %9s %9s\n", "case", "fp32", "fp16", "bf16");
     for (int at = 0; at < nlabels; at++) {
         printf("%-28s", labels[at]);
