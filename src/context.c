@@ -153,9 +153,7 @@ static _Thread_local struct {
     int skipped;           /* a batch left tasks out for the flag: skip the rest of the call */
 } call;
 
-static int flag_set(const int32_t *flag) {
-    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
-}
+const int32_t *fa__call_cancel(void) { return call.cancel; }
 
 fa_status fa__call_begin(fa_context **ctx, const fa_params *params) {
     fa_status st = resolve(ctx);
@@ -163,7 +161,7 @@ fa_status fa__call_begin(fa_context **ctx, const fa_params *params) {
     /* params was validated: its struct_size is one fa__resolve_params accepts */
     const size_t has_cancel = offsetof(fa_params, cancel) + sizeof params->cancel;
     const int32_t *flag = params && params->struct_size >= has_cancel ? params->cancel : NULL;
-    if (flag_set(flag))
+    if (fa__cancelled(flag))
         return fa__error(FA_ERR_CANCELLED, "params.cancel: the flag was set before the call "
                          "started; nothing was computed or written");
     call.cancel = flag;
@@ -172,7 +170,8 @@ fa_status fa__call_begin(fa_context **ctx, const fa_params *params) {
 }
 
 fa_status fa__call_end(fa_status st) {
-    const int skipped = call.skipped;
+    /* a task that saw the flag stopped early without leaving a task out */
+    const int skipped = call.skipped || fa__cancelled(call.cancel);
     call.cancel = NULL;
     call.skipped = 0;
     if (st == FA_OK && skipped)
@@ -183,7 +182,7 @@ fa_status fa__call_end(fa_status st) {
 
 void fa__context_run(fa_context *ctx, int64_t ntasks, fa__task_fn fn, void *arg) {
     if (ntasks <= 0) return;
-    if (call.skipped || flag_set(call.cancel)) { /* a later batch may read an earlier one's */
+    if (call.skipped || fa__cancelled(call.cancel)) { /* a later batch may read an earlier one's */
         call.skipped = 1;
         return;
     }

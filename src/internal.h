@@ -51,6 +51,15 @@ typedef void (*fa__task_fn)(void *arg, int64_t task, int worker);
  * with fa__call_end. */
 fa_status fa__call_begin(fa_context **ctx, const fa_params *params);
 
+/* The calling thread's cancel flag (params.cancel of its call in progress), or NULL. A long
+ * task reads it between its steps, through fa__cancelled, and stops early when it is set: the
+ * call then ends with FA_ERR_CANCELLED (fa__call_end checks the flag once more). */
+const int32_t *fa__call_cancel(void);
+
+static inline int fa__cancelled(const int32_t *flag) {
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED) != 0;
+}
+
 /* Ends the calling thread's call: returns st, or FA_ERR_CANCELLED (with its message) when st is
  * FA_OK but the cancel flag left tasks out. */
 fa_status fa__call_end(fa_status st);

@@ -70,6 +70,7 @@ typedef struct bwd_plan {
     int pair_step;              /* bf16 without dropout or softcap: tile() calls bwd_pair_bf16 */
     float *head;                /* fused only: [threads][head_floats] */
     size_t head_floats;
+    const int32_t *cancel;      /* the call's cancel flag (fa__call_cancel), read per query block */
 } bwd_plan;
 
 /* Per-worker scratch, carved in a fixed order. */
@@ -668,6 +669,7 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     for (int64_t hh = 0; hh < pl->g; hh++) {
         const int64_t h = hk * pl->g + hh;
         for (int64_t i0 = i_begin; i0 < i_end; i0 += pl->br) {
+            if (fa__cancelled(pl->cancel)) return; /* the call ends with FA_ERR_CANCELLED */
             const int64_t nr = sq - i0 < pl->br ? sq - i0 : pl->br;
             load_rows(pl, &s, b, h, i0, nr);
             prefetch_next_rows(pl, b, hk, h, i0, i_begin, i_end);
@@ -788,6 +790,8 @@ static void fused_task(void *arg, int64_t task, int worker) {
     for (int64_t hh = 0; hh < pl->g; hh++) {
         const int64_t h = hk * pl->g + hh;
         for (int64_t i0 = 0; i0 < sq; i0 += pl->br) {
+            /* one task is a whole (batch, KV head): it stops between its query blocks */
+            if (fa__cancelled(pl->cancel)) return; /* the call ends with FA_ERR_CANCELLED */
             const int64_t nr = sq - i0 < pl->br ? sq - i0 : pl->br;
             load_rows(pl, &s, b, h, i0, nr);
             prefetch_next_rows(pl, b, hk, h, i0, 0, sq);
@@ -834,7 +838,8 @@ static void clear_outside(const fa__problem *p) {
 }
 
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
-    bwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
+    bwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk,
+                   .cancel = fa__call_cancel()};
     pl.bf16 = p->q.dtype == FA_DTYPE_BF16 && pl.kern->qk_bf16 != NULL;
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
     pl.pair_step = pl.bf16 && pl.kern->bwd_pair_bf16 != NULL && p->dropout_p == 0.0f &&
