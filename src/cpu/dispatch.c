@@ -2,7 +2,8 @@
 /*
  * dispatch.c — chooses the CPU microkernel set once per process: the best one compiled in that
  * this CPU supports, or the one named by the FA_CPU_ISA environment variable (avx512bf16: the
- * avx512 set with its vdpbf16ps products, which it otherwise has only where they are fast). A
+ * avx512 set with its vdpbf16ps products, which it otherwise has only where they are fast;
+ * refbf16: the ref set with portable bf16 products, on every CPU, never chosen by itself). A
  * value it cannot follow (unknown, not compiled in, or not supported here) is reported once on
  * stderr and in the note fa_build_info() shows.
  */
@@ -58,7 +59,7 @@ static char compiled[64];
 static pthread_once_t choose_once = PTHREAD_ONCE_INIT;
 
 /* Every name FA_CPU_ISA can take in some build. */
-static const char *const known_sets[] = {"ref", "avx2", "avx512", "avx512bf16", "neon"};
+static const char *const known_sets[] = {"ref", "refbf16", "avx2", "avx512", "avx512bf16", "neon"};
 
 /* FA_CPU_ISA=want cannot be followed: says why in the note and, once per process, on stderr
  * (the value shortened and with control characters replaced). */
@@ -77,6 +78,7 @@ static void choose_set(void) {
     const fa__cpu_features *f = fa__cpu_features_get();
     for (int i = N_SETS - 1; i >= 0; i--) {
         strcat(compiled, kernel_sets[i].kernels->name);
+        if (kernel_sets[i].kernels == &fa__cpu_kernels_ref) strcat(compiled, " refbf16");
         if (i) strcat(compiled, " ");
     }
 #if defined(FA_HAVE_AVX512)
@@ -86,6 +88,11 @@ static void choose_set(void) {
         if (kernel_sets[i].usable(f)) chosen = kernel_sets[i].kernels;
     const char *want = getenv("FA_CPU_ISA");
     if (!want || !*want) return;
+    if (strcmp(want, "refbf16") == 0) { /* portable: every CPU runs it */
+        chosen = &fa__cpu_kernels_refbf16, bf16_mode = -1;
+        snprintf(choice_note, sizeof choice_note, " (forced by FA_CPU_ISA)");
+        return;
+    }
 #if defined(FA_HAVE_AVX512)
     if (strcmp(want, "avx512bf16") == 0) {
         if (f->avx512bf16) {

@@ -203,6 +203,8 @@ static inline void fa__softmax_rows_2pass(int rows, int n, float *x, int64_t ldx
     } while (0)
 
 extern const fa__cpu_kernels fa__cpu_kernels_ref;
+/* ref with portable bf16 products (refbf16/refbf16.c): every build, only by FA_CPU_ISA */
+extern const fa__cpu_kernels fa__cpu_kernels_refbf16;
 extern const fa__cpu_kernels fa__cpu_kernels_avx2;   /* FA_HAVE_AVX2 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_avx512; /* FA_HAVE_AVX512 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_neon;   /* FA_HAVE_NEON builds (AArch64) */
