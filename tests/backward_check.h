@@ -22,10 +22,11 @@
  *     stored, the backward's actual input), every element:
  *        |got_i − g_i| <= ½ ulp_dtype(|got_i|, |g_i|) + 1e-5·R + 4·u·bnd_i,
  *     i.e. the correctly rounded result up to the fp32 computation's own error. bf16 on a CPU
- *     whose kernels use bf16 dot products (fa_build_info() says "+ avx512_bf16") rounds Pd and
- *     dS to bf16 before the dV, dK and dQ products, as flash-attn does: each term of those sums
- *     then moves by at most 2^-8 of its size, so 2^-8·bnd_i is added (the bound's terms are
- *     |Pd|·|dO| for dv and |dS|·|q|, |dS|·|k| for dk, dq).
+ *     whose kernels use bf16 dot products (fa_build_info() says "+ avx512_bf16", or "in use:
+ *     refbf16", their portable form) rounds Pd and dS to bf16 before the dV, dK and dQ products,
+ *     as flash-attn does: each term of those sums then moves by at most 2^-8 of its size, so
+ *     2^-8·bnd_i is added (the bound's terms are |Pd|·|dO| for dv and |dS|·|q|, |dS|·|k| for
+ *     dk, dq).
  *  2. Against ref = ref_attention_backward (exact gradient of q, k, v, dout):
  *     fp32, every element: |got_i − ref_i| <= 1e-5·R + 4·u·bnd_i.
  *        The second term is the rounding error fp32 accumulation itself commits; it matters
@@ -134,9 +135,10 @@ static inline double *bc_dalloc(int64_t n) {
 }
 
 /* 1 when the library's bf16 backward rounds Pd and dS to bf16 (its kernels have bf16 dot
- * products). */
+ * products: the avx512 set's, or the portable refbf16 set's). */
 static inline int bc_bf16_products(void) {
-    return strstr(fa_build_info(), "+ avx512_bf16") != NULL;
+    const char *info = fa_build_info();
+    return strstr(info, "+ avx512_bf16") != NULL || strstr(info, "in use: refbf16") != NULL;
 }
 
 /* The dtype's half-ulp at |x| plus the fp32 computation's own error allowance, for elements

@@ -44,6 +44,16 @@ grep -q 'in use: [a-z0-9]* (FA_CPU_ISA=bogus ignored' <<<"$out" ||
     fail "FA_CPU_ISA=bogus: the build line does not say it was ignored"
 err=$("${clean[@]}" FA_CPU_ISA=ref "$tool" info 2>&1 >/dev/null)
 [ -z "$err" ] || fail "FA_CPU_ISA=ref: unexpected stderr: $err"
+# refbf16 (ref with portable bf16 products) is in every build and runs on every CPU, but only when
+# FA_CPU_ISA names it.
+err=$("${clean[@]}" FA_CPU_ISA=refbf16 "$tool" info 2>&1 >/dev/null)
+out=$("${clean[@]}" FA_CPU_ISA=refbf16 "$tool" info 2>/dev/null)
+[ -z "$err" ] || fail "FA_CPU_ISA=refbf16: unexpected stderr: $err"
+grep -q 'cpu kernels: ref refbf16[ ;]' <<<"$out" || fail "refbf16 is not listed after ref"
+grep -q 'in use: refbf16 (forced by FA_CPU_ISA)' <<<"$out" || fail "FA_CPU_ISA=refbf16 not followed"
+if "${clean[@]}" "$tool" info | grep -q 'in use: refbf16'; then
+    fail "refbf16 chosen without FA_CPU_ISA"
+fi
 out=$("${clean[@]}" FA_NUM_THREADS=abc "$tool" info)
 grep -qx 'threads:      unavailable: FA_NUM_THREADS is "abc"; expected an integer in 1..1024' \
     <<<"$out" || fail "FA_NUM_THREADS=abc: info does not show the error"
