@@ -590,6 +590,9 @@ int main(void) {
         {"decode", API_FIXED, 1, 2, {3, 3}, {160, 160}, 4, 2, 128, 1, -1, -1, 0, 0, 0, 0},
         {"softcap", API_FIXED, 1, 1, {130}, {140}, 2, 2, 32, 1, -1, -1, 5.0f, 0, 0, 0},
         {"varlen D32", API_VARLEN, 1, 2, {60, 100}, {80, 100}, 2, 2, 32, 1, -1, -1, 0, 0, 3, 4},
+        /* row 0 sees keys 63..127, row 1 keys 64..128: the tiles of keys 0..63 and of key 128
+         * are each seen by one row, beside the other of its pair (bf16 pairs rows 2t, 2t + 1) */
+        {"odd edges", API_FIXED, 1, 1, {2}, {129}, 2, 1, 16, 0, 64, 0, 0, 0, 0, 0},
     };
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const shape *s = &shapes[c];

@@ -289,12 +289,12 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
     }
 }
 
-/* The tile tile() built last, for add_dkdv and add_dq: batch b, query rows i0.. (head h), keys
- * [j0, j0 + n), the rows [lo, hi) of it that see some key, and whether it crosses the band's edge
- * (masked: some of those rows do not see every key; then keys [ka, ke) are those every one of
- * them sees, ka >= ke when none is). */
+/* The tile tile() built last, for add_dkdv and add_dq: batch b, query rows i0..i0+nr (head h),
+ * keys [j0, j0 + n), the rows [lo, hi) of it that see some key, and whether it crosses the
+ * band's edge (masked: some of those rows do not see every key; then keys [ka, ke) are those
+ * every one of them sees, ka >= ke when none is). */
 typedef struct bwd_tile {
-    int64_t b, i0, j0, n, lo, hi, ka, ke;
+    int64_t b, i0, nr, j0, n, lo, hi, ka, ke;
     int masked;
 } bwd_tile;
 
@@ -349,7 +349,7 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
-    *tl = (bwd_tile){.b = b, .i0 = i0, .j0 = j0, .n = n};
+    *tl = (bwd_tile){.b = b, .i0 = i0, .nr = nr, .j0 = j0, .n = n};
     fa__block_rows(p, i0, nr, j0, n, off, &tl->lo, &tl->hi);
     const int64_t r0 = tl->lo, rows = tl->hi - tl->lo;
     if (rows == 0) return;
@@ -419,13 +419,17 @@ static float pair_at(const uint32_t *w, int64_t t, int64_t k) {
 
 /* Do q or dout hold a NaN or an infinity in a row of the tile that misses some key? Only a tile
  * at the band's edge has such rows, and there a masked Pd or dS of exactly 0 would meet it in
- * the products (0 times it is NaN): add_dkdv_exact then. A loaded row is looked at once. */
+ * the products (0 times it is NaN): add_dkdv_exact then. Plan bf16's products take the rows in
+ * pairs (r, r + 1) from an even r, so the loaded row beside an odd lo or hi, which sees none of
+ * the keys, meets each of them with its Pd and dS of 0 too. A loaded row is looked at once. */
 static int rows_nonfinite(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl) {
     if (!tl->masked) return 0;
     const fa__problem *p = pl->p;
     const int64_t D = p->D, D2 = (D + 1) / 2;
     const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
-    for (int64_t r = tl->lo; r < tl->hi; r++) {
+    const int64_t lo = pl->bf16 ? tl->lo & ~(int64_t)1 : tl->lo; /* the pairs' rows */
+    const int64_t hi = pl->bf16 && tl->hi % 2 && tl->hi < tl->nr ? tl->hi + 1 : tl->hi;
+    for (int64_t r = lo; r < hi; r++) {
         int64_t a, e;
         fa__row_keys(p, tl->i0 + r, tl->j0, tl->n, sk - sq, sk, &a, &e);
         if (a == 0 && e == tl->n) continue; /* it sees every key: no masked 0 */
