@@ -215,7 +215,8 @@ void fa__qk_rows_bf16_l2_avx512(int m, int n, int d2, const uint32_t *q, int64_t
 
 /* Decode's pv_rows on pairs: O = diag(alpha) O + P V for rows i0..i0+3 and 64 columns at a time.
  * Keys go in pairs (2t, 2t + 1); vpermt2w interleaves the two V rows' columns into pairs, so
- * each vdpbf16ps does two keys' products per column; an odd last key pairs with a zero P. The
+ * each vdpbf16ps does two keys' products per column; an odd last key pairs with a zero P and a
+ * zero V row (its own row there would give 0 times an infinity of V, NaN, in every row). The
  * sum over the keys is taken on its own and then added to alpha O, as avx512.c's pv_rows does.
  * L2: as in qk_rows_bf16. */
 FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp,
@@ -240,7 +241,8 @@ FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp
             __m512 acc[4][4] = {{z, z, z, z}, {z, z, z, z}, {z, z, z, z}, {z, z, z, z}};
             for (int t = 0; t < n2; t++) {
                 if (i0 == 0) fa__ask_lines(&ask, 4, L2); /* 2 rows x 128 bytes loaded */
-                const char *va = v[2 * t], *vb = 2 * t + 1 < n ? v[2 * t + 1] : va;
+                const int pair = 2 * t + 1 < n; /* else key 2t's partner is a row of zeros */
+                const char *va = v[2 * t], *vb = pair ? v[2 * t + 1] : va;
                 __m512bh s[4]; /* row ii's probabilities of keys 2t, 2t + 1 */
                 for (int ii = 0; ii < 4; ii++)
                     s[ii] = (__m512bh)_mm512_set1_epi32((int)p2[(i0 + ii) * ldp + t]);
@@ -248,7 +250,7 @@ FA_INLINE void pv_rows_bf16(int m, int n, int d, const uint32_t *p2, int64_t ldp
                     const __mmask32 k = h ? k1 : k0;
                     if (!k) break;
                     const __m512i a = _mm512_maskz_loadu_epi16(k, va + 2 * (c + 32 * h));
-                    const __m512i b = _mm512_maskz_loadu_epi16(k, vb + 2 * (c + 32 * h));
+                    const __m512i b = _mm512_maskz_loadu_epi16(pair ? k : 0, vb + 2 * (c + 32 * h));
                     const __m512bh lo = (__m512bh)_mm512_permutex2var_epi16(a, ilo, b);
                     const __m512bh hi = (__m512bh)_mm512_permutex2var_epi16(a, ihi, b);
                     for (int ii = 0; ii < 4; ii++) {
