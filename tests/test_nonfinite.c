@@ -396,6 +396,61 @@ static void reference(const shape *s, const layout *L, int dtype, const double *
 
 static fa_context *ctx_one, *ctx_four; /* the backward's fused and split schedules */
 
+/* A row whose every score is -inf because K holds an infinity (q·k = -1 · inf) saw no key (rule
+ * 2): its lse is -inf and it adds nothing to the gradients. The backward zeroes such a row's q,
+ * and 0 times that infinity in its scores was NaN in dk and dv. Window (0, 0): row i of 2 sees
+ * key 63 + i alone; k[63][0] = +inf and q[0][0] = -1. */
+static void check_dead_row_inf_k(int dt) {
+    enum { SQ = 2, SK = 65, D = 4 };
+    const int dtype = k_dtypes[dt];
+    CASE_BEGIN("bwd: a row whose only score is -1 * inf adds nothing, %s", tu_dtype_name(dtype));
+    double q[SQ * D], k[SK * D], v[SK * D], dout[SQ * D];
+    for (int t = 0; t < SQ * D; t++)
+        q[t] = 0.25 * (t % 3) + 0.125, dout[t] = tu_normal();
+    for (int t = 0; t < SK * D; t++)
+        k[t] = 0.0625 * (t % 7), v[t] = tu_normal();
+    q[0] = -1.0, k[63 * D] = INFINITY;
+    buf bq = buf_new(dtype, SQ * D), bk = buf_new(dtype, SK * D), bv = buf_new(dtype, SK * D);
+    buf bo = buf_new(dtype, SQ * D), bdo = buf_new(dtype, SQ * D), bdq = buf_new(dtype, SQ * D);
+    buf bdk = buf_new(dtype, SK * D), bdv = buf_new(dtype, SK * D), bl = buf_new(FA_DTYPE_F32, SQ);
+    buf_put(&bq, q), buf_put(&bk, k), buf_put(&bv, v), buf_put(&bdo, dout);
+    const int64_t qs[4] = {1, SQ, 1, D}, ks[4] = {1, SK, 1, D}, ls[3] = {1, 1, SQ};
+    fa_tensor tq = fa_tensor_contiguous(bq.data, dtype, 4, qs);
+    fa_tensor tk = fa_tensor_contiguous(bk.data, dtype, 4, ks);
+    fa_tensor tv = fa_tensor_contiguous(bv.data, dtype, 4, ks);
+    fa_tensor to = fa_tensor_contiguous(bo.data, dtype, 4, qs);
+    fa_tensor tdo = fa_tensor_contiguous(bdo.data, dtype, 4, qs);
+    fa_tensor tdq = fa_tensor_contiguous(bdq.data, dtype, 4, qs);
+    fa_tensor tdk = fa_tensor_contiguous(bdk.data, dtype, 4, ks);
+    fa_tensor tdv = fa_tensor_contiguous(bdv.data, dtype, 4, ks);
+    fa_tensor tl = fa_tensor_contiguous(bl.data, FA_DTYPE_F32, 3, ls);
+    fa_params p;
+    fa_params_init(&p);
+    p.window_left = 0, p.window_right = 0;
+    fa_context *ctxs[2] = {ctx_one, ctx_four};
+    for (int c = 0; c < 2; c++) {
+        buf_poison(&bo), buf_poison(&bl), buf_poison(&bdq), buf_poison(&bdk), buf_poison(&bdv);
+        fa_status st = fa_forward(ctxs[c], &p, &tq, &tk, &tv, &to, &tl);
+        if (st == FA_OK)
+            st = fa_backward(ctxs[c], &p, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv);
+        CHECK_MSG(st == FA_OK, "%s: %s", fa_status_name(st), fa_last_error_message());
+        double lse[SQ], dq[SQ * D], dk[SK * D], dv[SK * D];
+        buf_get(&bl, lse), buf_get(&bdq, dq), buf_get(&bdk, dk), buf_get(&bdv, dv);
+        CHECK_MSG(lse[0] == -INFINITY && isfinite(lse[1]), "lse %g %g", lse[0], lse[1]);
+        long bad = 0;
+        for (int t = 0; t < D; t++) /* row 0 and the key only it sees: exactly 0 */
+            bad += dq[t] != 0.0 || dk[63 * D + t] != 0.0 || dv[63 * D + t] != 0.0;
+        for (int t = 0; t < SK * D; t++) /* and nothing else is NaN or infinite */
+            bad += !isfinite(dk[t]) || !isfinite(dv[t]);
+        CHECK_MSG(bad == 0, "%ld elements of dq[0], dk, dv wrong on %d thread(s): dk[63] = %g, "
+                  "dv[63] = %g", bad, c ? 4 : 1, dk[63 * D], dv[63 * D]);
+    }
+    buf *all[] = {&bq, &bk, &bv, &bo, &bdo, &bdq, &bdk, &bdv, &bl};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]->data);
+    table_add("bwd dead row, k inf", dt, CASE_END());
+}
+
 /* Runs shape s in dtype dt with value k_values[val] planted in tensor `which`; returns 1 when
  * every element matched. */
 static int run_case(const shape *s, int dt, int which, int val) {
@@ -616,6 +671,8 @@ int main(void) {
                     run_case(s, dt, which, val);
         }
     }
+    for (int dt = 0; dt < 3; dt++)
+        check_dead_row_inf_k(dt);
     table_print();
     fa_context_destroy(ctx_one);
     fa_context_destroy(ctx_four);

@@ -219,6 +219,10 @@ static void pair_step(const bwd_plan *pl, const bwd_scratch *s, int64_t lo, int6
         for (int k = 0; k < 2; k++) {
             const int64_t row = r + k;
             if (row < lo || row >= hi) continue;
+            if (s->lse2[row] == INFINITY) { /* saw no key: a row of zeros (see tile()) */
+                memset(s->dS2 + row * (FA_BC / 2), 0, FA_BC / 2 * sizeof(uint32_t));
+                continue;
+            }
             sc[k] = s->P + row * FA_BC, dp[k] = s->dS + row * FA_BC;
             lse[k] = s->lse2[row], dlt[k] = s->dlt[row];
             ds2[k] = (uint16_t *)(s->dS2 + row * (FA_BC / 2));
@@ -387,6 +391,10 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
         if (pl->softcap_l2 != 0.0f)
             for (int64_t j = 0; j < n; j++) ds[j] *= s->dtanh[j];
         if (masked) clear_masked(p, tl, r, pr, ds);
+        if (s->lse2[r] == INFINITY) { /* the row saw no key (every score -inf): its q is 0 */
+            memset(pr, 0, (size_t)n * sizeof *pr); /* (load_rows), but 0 times an infinity */
+            memset(ds, 0, (size_t)n * sizeof *ds); /* of K in S is NaN: it adds nothing */
+        }
         if (pl->bf16) /* dS rounded once, for dQ's pairs along keys and dK's pairs of rows */
             kern->to_bf16((int)n, ds, (uint16_t *)(s->dS2 + r * (FA_BC / 2)));
     }
