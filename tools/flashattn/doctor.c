@@ -132,7 +132,7 @@ static void check_flashattn(findings *f, const fa_env *e) {
     x = find_add(f, S_FLASHATTN, "isa", FIND_OK, "CPU kernels in use: %s", isa);
     if (e->cpu.simd[0])
         find_evidence(x, "this CPU has: %s", e->cpu.simd);
-    find_evidence(x, "FA_CPU_ISA=ref|avx2|avx512|avx512bf16|neon overrides the choice");
+    find_evidence(x, "FA_CPU_ISA=ref|avx2|avx512|avx512bf16|neon|refbf16 overrides the choice");
 
     {
         unsigned (*fn)(void) = fa_version;
