@@ -205,6 +205,17 @@ static inline void fa__softmax_rows_2pass(int rows, int n, float *x, int64_t ldx
 extern const fa__cpu_kernels fa__cpu_kernels_ref;
 /* ref with portable bf16 products (refbf16/refbf16.c): every build, only by FA_CPU_ISA */
 extern const fa__cpu_kernels fa__cpu_kernels_refbf16;
+
+/* The ref set's entries, which the refbf16 set shares (ref/ref.c). */
+void fa__qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
+                float *s, int64_t lds);
+void fa__pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
+                const float *alpha, float *o, int64_t ldo);
+void fa__to_f32_ref(int n, const void *src, int32_t dtype, float scale, float *dst);
+void fa__from_f32_ref(int n, const float *src, float scale, int32_t dtype, void *dst);
+void fa__transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd);
+float fa__exp2_sum_ref(int n, float *x, float m);
+void fa__softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, float *sum);
 extern const fa__cpu_kernels fa__cpu_kernels_avx2;   /* FA_HAVE_AVX2 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_avx512; /* FA_HAVE_AVX512 builds */
 extern const fa__cpu_kernels fa__cpu_kernels_neon;   /* FA_HAVE_NEON builds (AArch64) */

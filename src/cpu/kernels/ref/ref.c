@@ -12,7 +12,7 @@
 
 /* Row i of S accumulates d rank-1 updates along unit-stride rows of Kt, which compilers
  * vectorize without reassociating a reduction. */
-static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
+void fa__qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float *kt, int64_t ldk,
                    float *s, int64_t lds) {
     for (int i = 0; i < m; i++) {
         const float *qi = q + i * ldq; // qi: [d]
@@ -28,7 +28,7 @@ static void qk_ref(int m, int n, int d, const float *q, int64_t ldq, const float
 
 /* Each call's P V is summed apart and then added to alpha O: long rows accumulate in blocks,
  * which keeps the rounding error of a sum over many keys small. */
-static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
+void fa__pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v, int64_t ldv,
                    const float *alpha, float *o, int64_t ldo) {
     enum { D_MAX = 256 }; /* the library's largest head dim */
     float acc[D_MAX];
@@ -47,7 +47,7 @@ static void pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float
     }
 }
 
-static void to_f32_ref(int n, const void *src, int32_t dtype, float scale, float *dst) {
+void fa__to_f32_ref(int n, const void *src, int32_t dtype, float scale, float *dst) {
     const uint16_t *h = src;
     const float *f = src;
     for (int t = 0; t < n; t++)
@@ -56,12 +56,12 @@ static void to_f32_ref(int n, const void *src, int32_t dtype, float scale, float
                                                   : fa__bf16_to_f32(h[t]));
 }
 
-static void transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
+void fa__transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
     for (int j = 0; j < n; j++)
         for (int t = 0; t < d; t++) dst[t * ldd + j] = src[j * lds + t];
 }
 
-static void from_f32_ref(int n, const float *src, float scale, int32_t dtype, void *dst) {
+void fa__from_f32_ref(int n, const float *src, float scale, int32_t dtype, void *dst) {
     for (int t = 0; t < n; t++) {
         const float x = src[t] * scale;
         if (dtype == FA_DTYPE_F32) ((float *)dst)[t] = x;
@@ -75,7 +75,7 @@ static float row_max_ref(int n, const float *x) {
     return mx;
 }
 
-static float exp2_sum_ref(int n, float *x, float m) {
+float fa__exp2_sum_ref(int n, float *x, float m) {
     float sum = 0.0f;
     for (int j = 0; j < n; j++) {
         x[j] = exp2f(x[j] - m);
@@ -85,19 +85,19 @@ static float exp2_sum_ref(int n, float *x, float m) {
 }
 
 /* The online softmax step (kernels.h): per row the max, then the exp2 and the sum. */
-static void softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
-    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_ref, exp2_sum_ref);
+void fa__softmax_rows_ref(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
+    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_ref, fa__exp2_sum_ref);
 }
 
 const fa__cpu_kernels fa__cpu_kernels_ref = {
     .name = "ref",
     .gemm_rows = 1,
     .decode_rows_f32 = 32, /* no decode products: bounds split batches only */
-    .qk = qk_ref,
-    .pv = pv_ref,
-    .to_f32 = to_f32_ref,
-    .from_f32 = from_f32_ref,
-    .transpose = transpose_ref,
-    .softmax_rows = softmax_rows_ref,
-    .exp2_sum = exp2_sum_ref,
+    .qk = fa__qk_ref,
+    .pv = fa__pv_ref,
+    .to_f32 = fa__to_f32_ref,
+    .from_f32 = fa__from_f32_ref,
+    .transpose = fa__transpose_ref,
+    .softmax_rows = fa__softmax_rows_ref,
+    .exp2_sum = fa__exp2_sum_ref,
 };

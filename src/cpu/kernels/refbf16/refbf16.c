@@ -48,69 +48,7 @@ static inline uint16_t round_bf16(float x) {
     return (u & 0x7F800000u) ? fa__f32_to_bf16(x) : (uint16_t)(u >> 16 & 0x8000u);
 }
 
-/* ---- the ref set's products, and the decode products on rows in place ---- */
-
-/* Row i of S accumulates d rank-1 updates along unit-stride rows of Kt (as ref.c's qk). */
-static void qk_refbf16(int m, int n, int d, const float *q, int64_t ldq, const float *kt,
-                       int64_t ldk, float *s, int64_t lds) {
-    for (int i = 0; i < m; i++) {
-        const float *qi = q + i * ldq; // qi: [d]
-        float *si = s + i * lds;       // si: [n]
-        for (int j = 0; j < n; j++)
-            si[j] = 0.0f;
-        for (int t = 0; t < d; t++) {
-            const float a = qi[t];
-            const float *kt_t = kt + t * ldk; // kt_t: [n]
-            for (int j = 0; j < n; j++)
-                si[j] += a * kt_t[j];
-        }
-    }
-}
-
-/* O = diag(alpha) O + P V, P V summed apart first (as ref.c's pv): V's row j is v + j·ldv. */
-static void pv_refbf16(int m, int n, int d, const float *p, int64_t ldp, const float *v,
-                       int64_t ldv, const float *alpha, float *o, int64_t ldo) {
-    float acc[D_MAX];
-    for (int i = 0; i < m; i++) {
-        float *oi = o + i * ldo; // oi: [d]
-        for (int t = 0; t < d; t++)
-            acc[t] = 0.0f;
-        for (int j = 0; j < n; j++) {
-            const float pij = p[i * ldp + j];
-            const float *vj = v + j * ldv; // vj: [d]
-            for (int t = 0; t < d; t++)
-                acc[t] += pij * vj[t];
-        }
-        for (int t = 0; t < d; t++)
-            oi[t] = alpha[i] * oi[t] + acc[t];
-    }
-}
-
-static void to_f32_refbf16(int n, const void *src, int32_t dtype, float scale, float *dst) {
-    const uint16_t *h = src;
-    const float *f = src;
-    for (int t = 0; t < n; t++)
-        dst[t] = scale * (dtype == FA_DTYPE_F32   ? f[t]
-                          : dtype == FA_DTYPE_F16 ? fa__f16_to_f32(h[t])
-                                                  : fa__bf16_to_f32(h[t]));
-}
-
-static void from_f32_refbf16(int n, const float *src, float scale, int32_t dtype, void *dst) {
-    for (int t = 0; t < n; t++) {
-        const float x = src[t] * scale;
-        if (dtype == FA_DTYPE_F32)
-            ((float *)dst)[t] = x;
-        else
-            ((uint16_t *)dst)[t] = dtype == FA_DTYPE_F16 ? fa__f32_to_f16(x) : fa__f32_to_bf16(x);
-    }
-}
-
-static void transpose_refbf16(int n, int d, const float *src, int64_t lds, float *dst,
-                              int64_t ldd) {
-    for (int j = 0; j < n; j++)
-        for (int t = 0; t < d; t++)
-            dst[t * ldd + j] = src[j * lds + t];
-}
+/* ---- the decode products on rows in place (the other fp32 entries are the ref set's) ---- */
 
 /* Decode's S = Q Kᵀ on K rows of any dtype in place: each row widened once, then a dot product
  * per query row. */
@@ -119,7 +57,7 @@ static void qk_rows_refbf16(int m, int n, int d, const float *q, int64_t ldq, co
     (void)pf;
     float kj[D_MAX];
     for (int j = 0; j < n; j++) {
-        to_f32_refbf16(d, k[j], dtype, 1.0f, kj);
+        fa__to_f32_ref(d, k[j], dtype, 1.0f, kj);
         for (int i = 0; i < m; i++) {
             float acc = 0.0f;
             for (int t = 0; t < d; t++)
@@ -161,26 +99,6 @@ static void pv_rows_refbf16(int m, int n, int d, const float *p, int64_t ldp, co
                             const fa__prefetch *pf) {
     (void)pf;
     FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo));
-}
-
-static float row_max_refbf16(int n, const float *x) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++)
-        mx = x[j] > mx ? x[j] : mx;
-    return mx;
-}
-
-static float exp2_sum_refbf16(int n, float *x, float m) {
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        x[j] = exp2f(x[j] - m);
-        sum += x[j];
-    }
-    return sum;
-}
-
-static void softmax_rows_refbf16(int rows, int n, float *x, int64_t ldx, float *m, float *sum) {
-    fa__softmax_rows_2pass(rows, n, x, ldx, m, sum, row_max_refbf16, exp2_sum_refbf16);
 }
 
 /* ---- the bf16 products and steps ---- */
@@ -321,15 +239,15 @@ static void bwd_pair_bf16_refbf16(int n, const float *const s[2], const float *c
 const fa__cpu_kernels fa__cpu_kernels_refbf16 = {
     .name = "refbf16",
     .gemm_rows = 1,
-    .qk = qk_refbf16,
-    .pv = pv_refbf16,
-    .to_f32 = to_f32_refbf16,
-    .from_f32 = from_f32_refbf16,
+    .qk = fa__qk_ref,
+    .pv = fa__pv_ref,
+    .to_f32 = fa__to_f32_ref,
+    .from_f32 = fa__from_f32_ref,
     .qk_rows = qk_rows_refbf16,
     .pv_rows = pv_rows_refbf16,
     .decode_keys_half = {16, 16}, /* the avx512 set's, so decode's calls are cut as there */
     .decode_rows_f32 = 64,
-    .transpose = transpose_refbf16,
+    .transpose = fa__transpose_ref,
     .qk_bf16 = qk_bf16_refbf16,
     .pv_bf16 = pv_bf16_refbf16,
     .pv_bf16_t = pv_bf16_t_refbf16,
@@ -339,6 +257,6 @@ const fa__cpu_kernels fa__cpu_kernels_refbf16 = {
     .interleave_bf16 = interleave_bf16_refbf16,
     .pair_bf16 = pair_bf16_refbf16,
     .bwd_pair_bf16 = bwd_pair_bf16_refbf16,
-    .exp2_sum = exp2_sum_refbf16,
-    .softmax_rows = softmax_rows_refbf16,
+    .exp2_sum = fa__exp2_sum_ref,
+    .softmax_rows = fa__softmax_rows_ref,
 };
