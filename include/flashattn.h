@@ -214,9 +214,9 @@ typedef struct fa_params {
     void *cuda_stream;
     /* Cancellation: NULL, or a flag the caller owns and may set to nonzero from any thread while
      * the call runs (an atomic store: C11 atomic_store on an _Atomic int32_t, or
-     * __atomic_store_n). The library only reads it: between its tasks, each at most one head's
-     * block of query rows against its keys, so a call stops within about one such block's time
-     * and returns FA_ERR_CANCELLED. A flag already set when the call starts returns FA_ERR_CANCELLED after
+     * __atomic_store_n). The library only reads it: between its tasks and, inside them, before
+     * each block of keys (forward) or query rows (backward), so a call stops within about one
+     * block's time and returns FA_ERR_CANCELLED. A flag already set when the call starts returns FA_ERR_CANCELLED after
      * the arguments are checked and before anything is written. After a cancelled call its
      * outputs are unspecified (fa_forward_kvcache has appended k_new/v_new), memory is released
      * and the context is usable. fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward

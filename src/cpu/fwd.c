@@ -92,6 +92,7 @@ typedef struct fwd_plan {
     int64_t hp_chunks;
     int64_t *hp_head; /* [threads]: b·Hk + hk whose chunks hp holds, -1: none */
     uint8_t *hp_done; /* [threads][hp_chunks]: chunk packed */
+    const int32_t *cancel; /* the call's cancel flag (fa__call_cancel), read per key block */
 } fwd_plan;
 
 static size_t partial_floats(const fwd_plan *pl) {
@@ -547,6 +548,9 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
     memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
 
     for (int64_t j0 = j_lo, n; j0 < j_hi; j0 += n) {
+        /* a task of many rows over a long band takes up to 0.1 s or more: a cancelled call
+         * stops here (its outputs are unspecified) */
+        if (fa__cancelled(pl->cancel)) return;
         /* Blocks end at multiples of FA_BC (a head pack holds Kᵀ a chunk of FA_BC keys at a
          * time); only a band that starts between them (a window) makes its first block shorter */
         n = j_hi - j0 < FA_BC - j0 % FA_BC ? j_hi - j0 : FA_BC - j0 % FA_BC;
@@ -786,7 +790,8 @@ fa_status fa__cpu_forward(fa_context *ctx, const fa__problem *p) {
 
 fa_status fa__cpu_forward_after(fa_context *ctx, const fa__problem *p, void (*first)(void *),
                                 void *arg) {
-    fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk};
+    fwd_plan pl = {.p = p, .kern = fa__cpu_kernels_get(), .g = p->H / p->Hk,
+                   .cancel = fa__call_cancel()};
     pl.br = block_positions(pl.g);
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
     pl.ldk = fa__packed_ld(FA_BC);
