@@ -320,16 +320,14 @@ static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
     fa__problem p = {0};
     int32_t *cu = NULL;
     const fa__plugin_api *api = NULL;
-    int none = 0;
+    int none = 0; /* no output element: nothing to compute */
     fa_status st = prepare(params, c, &p, &cu, &api, &none);
-    if (st == FA_OK && none) {
-        /* no output element: nothing to compute */
-    } else if (st == FA_OK && api) {
+    if (st == FA_OK && !none && api) {
         char msg[512] = "";
         st = fa__plugin_status(api->forward(&p, c->q->device_index, fa__params_stream(params), msg,
                                             sizeof msg),
                                msg);
-    } else if (st == FA_OK) {
+    } else if (st == FA_OK && !none) {
         st = fa__call_begin(&ctx, params);
         if (st == FA_OK)
             st = fa__call_end(c->backward ? fa__cpu_backward(ctx, &p) : fa__cpu_forward(ctx, &p));
