@@ -521,6 +521,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
             /* references, sequence by sequence (one "sequence" per batch for fixed length) */
             const int lowp = c->dtype != FA_DTYPE_F32;
             double *rout = bc_dalloc(nq), *rlse = bc_dalloc(nl), *rdq = bc_dalloc(nq);
+            double *rsize = bc_dalloc(nl); /* fp32 only; 0 outside every sequence */
             double *rdk = bc_dalloc(nk), *rdv = bc_dalloc(nk);
             double *bdq = bc_dalloc(nq), *bdk = bc_dalloc(nk), *bdv = bc_dalloc(nk);
             double *edq = bc_dalloc(nq), *edk = bc_dalloc(nk), *edv = bc_dalloc(nk);
@@ -578,6 +579,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
                 const double *sq_ = xq + r0q * H * D, *sk_ = xk + r0k * Hk * D;
                 const double *sv_ = xv + r0k * Hk * D, *sdo = xdo + r0q * H * D;
                 double *sl = bc_dalloc(p.B * H * p.Sq), *nsl = bc_dalloc(p.B * H * p.Sq);
+                double *ssz = bc_dalloc(p.B * H * p.Sq);
                 ref_attention_backward(&p, sq_, sk_, sv_, sdo, rout + r0q * H * D, sl,
                                        rdq + r0q * H * D, rdk + r0k * Hk * D, rdv + r0k * Hk * D);
                 ref_attention_backward_bound(&p, sq_, sk_, sv_, sdo, bdq + r0q * H * D,
@@ -593,6 +595,8 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
                     ref_attention_backward_rounded(&p, sq_, sk_, sv_, sdo, nout + r0q * H * D, nsl,
                                                    ndq + r0q * H * D, ndk + r0k * Hk * D,
                                                    ndv + r0k * Hk * D, tu_round_fn(c->dtype));
+                else
+                    ref_score_sizes(&p, sq_, sk_, ssz);
                 /* lse: fixed (B, H, Sq) is the reference's layout; varlen (H, total_q) */
                 for (int64_t b = 0; b < p.B; b++)
                     for (int64_t h = 0; h < H; h++)
@@ -601,6 +605,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
                                 varlen ? h * rows_q + r0q + i : (b * H + h) * p.Sq + i;
                             rlse[at] = sl[(b * H + h) * p.Sq + i];
                             nlse[at] = nsl[(b * H + h) * p.Sq + i];
+                            rsize[at] = ssz[(b * H + h) * p.Sq + i];
                         }
                 /* rows reached by some visible (query, key) pair */
                 for (int64_t b = 0; b < p.B; b++)
@@ -614,6 +619,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
                             }
                 free(sl);
                 free(nsl);
+                free(ssz);
                 free(smask);
             }
 
@@ -621,7 +627,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
             {
                 const int64_t fb = varlen ? 1 : c->B, fs = varlen ? rows_q : c->Sq;
                 tu_check_attention(c->dtype, fb, fs, H, D, gout, rout, lowp ? nout : NULL, glse,
-                                   rlse, lowp ? nlse : NULL, &bc_fwd_stats[c->dtype]);
+                                   rlse, lowp ? nlse : NULL, rsize, &bc_fwd_stats[c->dtype]);
             }
             bc_stats *gs = &bc_grad_stats[c->dtype];
             bc_check_grad(0, c->dtype, nq, D, gdq, rdq, edq, lowp ? ndq : NULL, ops ? odq : NULL,
@@ -633,6 +639,7 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
             gs->cases++;
             free(rout);
             free(rlse);
+            free(rsize);
             free(rdq);
             free(rdk);
             free(rdv);

@@ -354,7 +354,7 @@ static void check_small(fa_context *ctx, const char *ctx_name) {
     tu_gather(&out, o);
     tu_gather(&lse, l);
     tu_errstats es = {0};
-    CHECK(tu_check_attention(FA_DTYPE_F32, B, SQ, SH, SD, o, ref, NULL, l, lref, NULL, &es));
+    CHECK(tu_check_attention(FA_DTYPE_F32, B, SQ, SH, SD, o, ref, NULL, l, lref, NULL, NULL, &es));
     double *bufs[] = {dq, dk, dv, ref, lref, o, l};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);

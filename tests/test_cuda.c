@@ -390,6 +390,7 @@ static int run_case(const ccfg *c) {
     double *dq = dalloc(nout), *dk = dalloc(nkv), *dv = dalloc(nkv);
     double *og = dalloc(nout), *oc = dalloc(nout), *oref = dalloc(nout), *onaive = dalloc(nout);
     double *lg = dalloc(nlse), *lc = dalloc(nlse), *lref = dalloc(nlse), *lnaive = dalloc(nlse);
+    double *lsize = dalloc(nlse); /* fp32: ref_score_sizes; packed rows outside: 0 */
     tu_fill_normal(&q, 1.0, dq);
     tu_fill_normal(&k, 1.0, dk);
     tu_fill_normal(&v, 1.0, dv);
@@ -524,6 +525,8 @@ static int run_case(const ccfg *c) {
             ref_attention_forward(&p, dq, dk, dv, oref, lref);
             if (c->dtype != FA_DTYPE_F32)
                 ref_attention_forward_rounded(&p, dq, dk, dv, onaive, lnaive, rnd);
+            else
+                ref_score_sizes(&p, dq, dk, lsize);
         } else {
             for (int64_t i = 0; i < nlse; i++)
                 lref[i] = lnaive[i] = -INFINITY; /* oref/onaive start at 0 (calloc) */
@@ -532,7 +535,7 @@ static int run_case(const ccfg *c) {
                 double *sq = dalloc(Sq * H * D), *sk = dalloc(Sk * Hk * D),
                        *sv = dalloc(Sk * Hk * D);
                 double *ro = dalloc(Sq * H * D), *rl = dalloc(H * Sq);
-                double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq);
+                double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq), *ss = dalloc(H * Sq);
                 uint8_t *smask = NULL;
                 memcpy(sq, dq + (int64_t)cuq[b] * H * D, sizeof(double) * (size_t)(Sq * H * D));
                 memcpy(sk, dk + (int64_t)cuk[b] * Hk * D, sizeof(double) * (size_t)(Sk * Hk * D));
@@ -555,12 +558,15 @@ static int run_case(const ccfg *c) {
                 ref_attention_forward(&p, sq, sk, sv, ro, rl);
                 if (c->dtype != FA_DTYPE_F32)
                     ref_attention_forward_rounded(&p, sq, sk, sv, no, nl, rnd);
+                else
+                    ref_score_sizes(&p, sq, sk, ss);
                 memcpy(oref + (int64_t)cuq[b] * H * D, ro, sizeof(double) * (size_t)(Sq * H * D));
                 memcpy(onaive + (int64_t)cuq[b] * H * D, no, sizeof(double) * (size_t)(Sq * H * D));
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = 0; i < Sq; i++) {
                         lref[h * tq + cuq[b] + i] = rl[h * Sq + i];
                         lnaive[h * tq + cuq[b] + i] = nl[h * Sq + i];
+                        lsize[h * tq + cuq[b] + i] = ss[h * Sq + i];
                     }
                 free(sq);
                 free(sk);
@@ -569,12 +575,13 @@ static int run_case(const ccfg *c) {
                 free(rl);
                 free(no);
                 free(nl);
+                free(ss);
                 free(smask);
             }
         }
         const int lowp = c->dtype != FA_DTYPE_F32;
         if (!tu_check_attention(c->dtype, CB, CS, H, D, og, oref, lowp ? onaive : NULL,
-                                c->no_lse ? NULL : lg, lref, lowp ? lnaive : NULL,
+                                c->no_lse ? NULL : lg, lref, lowp ? lnaive : NULL, lsize,
                                 &g_gpu[c->dtype]))
             CHECK_MSG(0, "GPU result does not match the fp64 reference");
         /* the CPU backend's own error, the yardstick (test_forward/test_varlen check it; a CPU
@@ -629,6 +636,7 @@ static int run_case(const ccfg *c) {
     free(lc);
     free(lref);
     free(lnaive);
+    free(lsize);
     g_case = "";
     return CASE_END();
 }

@@ -230,13 +230,14 @@ static ref_problem ref_of(const cfg *c, int64_t B, int64_t Sq, int64_t Sk, const
 }
 
 /* out/lse of the tasks (dlse NULL: no lse) against the CPU backend's (always with lse); naive
- * and dlse_naive: the fp64 naive implementation in the dtype (fp16/bf16). */
+ * and dlse_naive: the fp64 naive implementation in the dtype (fp16/bf16); size: the rows' score
+ * sizes (fp32, ref_score_sizes). */
 static void check_vs_cpu(const cfg *c, int64_t B, int64_t Sq, const double *dout,
                          const double *dlse, const double *cpu_out, const double *cpu_lse,
-                         const double *naive, const double *lse_naive) {
+                         const double *naive, const double *lse_naive, const double *size) {
     const int half = c->dtype != FA_DTYPE_F32;
     if (!tu_check_attention(c->dtype, B, Sq, c->H, c->D, dout, cpu_out, half ? naive : NULL, dlse,
-                            cpu_lse, half ? lse_naive : NULL, &g_vs_cpu[c->dtype]))
+                            cpu_lse, half ? lse_naive : NULL, size, &g_vs_cpu[c->dtype]))
         CHECK_MSG(0, "the row tasks differ from the CPU backend");
 }
 
@@ -279,6 +280,7 @@ static int run_fixed(const cfg *c) {
     double *dq = dalloc(nq), *dk = dalloc(nk), *dv = dalloc(nk);
     double *dout = dalloc(nq), *dlse = dalloc(nl), *cout = dalloc(nq), *clse = dalloc(nl);
     double *ref = dalloc(nq), *ref_lse = dalloc(nl), *naive = dalloc(nq), *naive_lse = dalloc(nl);
+    double *size = dalloc(nl);
     tu_fill_normal(&q, 1.0, dq);
     tu_fill_normal(&k, 1.0, dk);
     tu_fill_normal(&v, 1.0, dv);
@@ -316,12 +318,14 @@ static int run_fixed(const cfg *c) {
         ref_attention_forward(&r, dq, dk, dv, ref, ref_lse);
         if (c->dtype != FA_DTYPE_F32)
             ref_attention_forward_rounded(&r, dq, dk, dv, naive, naive_lse, tu_round_fn(c->dtype));
+        else
+            ref_score_sizes(&r, dq, dk, size);
         const int half = c->dtype != FA_DTYPE_F32;
         if (!tu_check_attention(c->dtype, B, Sq, H, D, dout, ref, half ? naive : NULL,
-                                c->no_lse ? NULL : dlse, ref_lse, half ? naive_lse : NULL,
+                                c->no_lse ? NULL : dlse, ref_lse, half ? naive_lse : NULL, size,
                                 &g_vs_ref[c->dtype]))
             CHECK_MSG(0, "the row tasks differ from the fp64 reference");
-        check_vs_cpu(c, B, Sq, dout, c->no_lse ? NULL : dlse, cout, clse, naive, naive_lse);
+        check_vs_cpu(c, B, Sq, dout, c->no_lse ? NULL : dlse, cout, clse, naive, naive_lse, size);
     }
     check_gaps(c, &out, &lse);
 
@@ -333,7 +337,7 @@ static int run_fixed(const cfg *c) {
     tu_free(&cpu_out);
     tu_free(&cpu_lse);
     free(mask);
-    double *all[] = {dq, dk, dv, dout, dlse, cout, clse, ref, ref_lse, naive, naive_lse};
+    double *all[] = {dq, dk, dv, dout, dlse, cout, clse, ref, ref_lse, naive, naive_lse, size};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++)
         free(all[t]);
     return CASE_END();
@@ -371,6 +375,7 @@ static int run_varlen(const cfg *c) {
     double *dout = dalloc(tq * H * D), *dlse = dalloc(H * tq);
     double *cout = dalloc(tq * H * D), *clse = dalloc(H * tq);
     double *naive = dalloc(tq * H * D), *naive_lse = dalloc(H * tq); /* packed, outside: 0/-inf */
+    double *size = dalloc(H * tq);                                   /* packed, outside: 0 */
     for (int64_t t = 0; t < H * tq; t++)
         naive_lse[t] = -INFINITY;
     tu_fill_normal(&q, 1.0, dq);
@@ -420,7 +425,7 @@ static int run_varlen(const cfg *c) {
             const int64_t Sq = c->lq[b], Sk = c->lk[b], r0 = cuq[b];
             double *sq = dalloc(Sq * H * D), *sk = dalloc(Sk * Hk * D), *sv = dalloc(Sk * Hk * D);
             double *sl = dalloc(H * Sq), *ro = dalloc(Sq * H * D), *rl = dalloc(H * Sq);
-            double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq);
+            double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq), *ss = dalloc(H * Sq);
             uint8_t *smask = mask ? malloc((size_t)(H * Sq * Sk > 0 ? H * Sq * Sk : 1)) : NULL;
             memcpy(sq, dq + r0 * H * D, sizeof(double) * (size_t)(Sq * H * D));
             memcpy(sk, dk + (int64_t)cuk[b] * Hk * D, sizeof(double) * (size_t)(Sk * Hk * D));
@@ -441,20 +446,25 @@ static int run_varlen(const cfg *c) {
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t i = 0; i < Sq; i++)
                         naive_lse[h * tq + r0 + i] = nl[h * Sq + i];
+            } else {
+                ref_score_sizes(&r, sq, sk, ss);
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t i = 0; i < Sq; i++)
+                        size[h * tq + r0 + i] = ss[h * Sq + i];
             }
             if (!tu_check_attention(c->dtype, 1, Sq, H, D, dout + r0 * H * D, ro, half ? no : NULL,
-                                    c->no_lse ? NULL : sl, rl, half ? nl : NULL,
+                                    c->no_lse ? NULL : sl, rl, half ? nl : NULL, ss,
                                     &g_vs_ref[c->dtype]))
                 CHECK_MSG(0, "sequence %d (Sq=%lld Sk=%lld) differs from the fp64 reference", b,
                           (long long)Sq, (long long)Sk);
-            double *seq[] = {sq, sk, sv, sl, ro, rl, no, nl};
+            double *seq[] = {sq, sk, sv, sl, ro, rl, no, nl, ss};
             for (size_t t = 0; t < sizeof seq / sizeof seq[0]; t++)
                 free(seq[t]);
             free(smask);
         }
         /* The whole packed output against the CPU's, rows outside every sequence included
          * (there the CPU's lse is -inf, so out must be exactly 0 and lse exactly -inf). */
-        check_vs_cpu(c, 1, tq, dout, c->no_lse ? NULL : dlse, cout, clse, naive, naive_lse);
+        check_vs_cpu(c, 1, tq, dout, c->no_lse ? NULL : dlse, cout, clse, naive, naive_lse, size);
     }
     check_gaps(c, &out, &lse);
 
@@ -466,7 +476,7 @@ static int run_varlen(const cfg *c) {
     tu_free(&cpu_out);
     tu_free(&cpu_lse);
     free(mask);
-    double *all[] = {dq, dk, dv, dout, dlse, cout, clse, naive, naive_lse};
+    double *all[] = {dq, dk, dv, dout, dlse, cout, clse, naive, naive_lse, size};
     for (size_t t = 0; t < sizeof all / sizeof all[0]; t++)
         free(all[t]);
     return CASE_END();

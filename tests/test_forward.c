@@ -110,6 +110,7 @@ static int run_forward_case(const fcfg *c) {
     double *dq = dalloc(nq), *dk = dalloc(nk), *dv = dalloc(nk);
     double *dout = dalloc(nq), *dref = dalloc(nq), *dnaive = dalloc(nq);
     double *dlse = dalloc(nl), *dlse_ref = dalloc(nl), *dlse_naive = dalloc(nl);
+    double *dsize = dalloc(nl);
 
     tu_fill_normal(&q, amp, dq);
     tu_fill_normal(&k, amp, dk);
@@ -246,9 +247,11 @@ static int run_forward_case(const fcfg *c) {
         if (c->dtype != FA_DTYPE_F32)
             ref_attention_forward_rounded(&p, dq, dk, dv, dnaive, dlse_naive,
                                           tu_round_fn(c->dtype));
+        else
+            ref_score_sizes(&p, dq, dk, dsize);
         tu_check_attention(c->dtype, c->B, c->Sq, c->H, c->D, dout, dref,
                            c->dtype != FA_DTYPE_F32 ? dnaive : NULL, c->no_lse ? NULL : dlse,
-                           dlse_ref, c->dtype != FA_DTYPE_F32 ? dlse_naive : NULL,
+                           dlse_ref, c->dtype != FA_DTYPE_F32 ? dlse_naive : NULL, dsize,
                            &g_stats[c->dtype]);
     }
     int64_t gaps = tu_count_touched_gaps(&out);
@@ -286,6 +289,7 @@ static int run_forward_case(const fcfg *c) {
     free(dlse);
     free(dlse_ref);
     free(dlse_naive);
+    free(dsize);
     return CASE_END();
 }
 

@@ -648,7 +648,7 @@ static int kv_run(const kcfg *c, const kdata *dd, const krun *r, kres *res) {
                             qnaive[o + d] = rnd(qrot[o + d]);
                     }
             double *dref = dalloc(nq), *dnaive = dalloc(nq), *lref = dalloc(nl),
-                   *lnaive = dalloc(nl);
+                   *lnaive = dalloc(nl), *lsize = dalloc(nl);
             for (int64_t b = 0; b < B; b++) {
                 ref_problem p;
                 memset(&p, 0, sizeof p);
@@ -672,16 +672,19 @@ static int kv_run(const kcfg *c, const kdata *dd, const krun *r, kres *res) {
                     ref_attention_forward_rounded(&p, qnaive + b * Sq * H * D, kb, vb,
                                                   dnaive + b * Sq * H * D, lnaive + b * H * Sq,
                                                   rnd);
+                else
+                    ref_score_sizes(&p, qrot + b * Sq * H * D, kb, lsize + b * H * Sq);
             }
             tu_check_attention(dt, B, Sq, H, D, dout, dref, dt != FA_DTYPE_F32 ? dnaive : NULL,
                                r->no_lse ? NULL : dlse, lref, dt != FA_DTYPE_F32 ? lnaive : NULL,
-                               &g_stats[dt]);
+                               lsize, &g_stats[dt]);
             free(qrot);
             free(qnaive);
             free(dref);
             free(dnaive);
             free(lref);
             free(lnaive);
+            free(lsize);
         }
     }
 
@@ -1268,7 +1271,7 @@ static void decode_loop(int dt, int page, int64_t rd, int interleaved) {
     const int64_t nq = B * H * D;
     double *dq = dalloc(nq), *qrot = dalloc(nq), *qn = dalloc(nq), *dkn = dalloc(B * per),
            *dvn = dalloc(B * per), *dout = dalloc(nq), *dref = dalloc(nq), *dnaive = dalloc(nq);
-    double dlse[16], lref[16], lnaive[16];
+    double dlse[16], lref[16], lnaive[16], lsize[16];
     void *qb = xmalloc((size_t)nq * es), *kn = xmalloc((size_t)(B * per) * es),
          *vn = xmalloc((size_t)(B * per) * es), *ob = xmalloc((size_t)nq * es);
     float lseb[16];
@@ -1381,9 +1384,11 @@ static void decode_loop(int dt, int page, int64_t rd, int interleaved) {
                 ref_attention_forward_rounded(&p, qn + b * H * D, full_k + b * cap * per,
                                               full_v + b * cap * per, dnaive + b * H * D,
                                               lnaive + b * H, rnd);
+            else
+                ref_score_sizes(&p, qrot + b * H * D, full_k + b * cap * per, lsize + b * H);
         }
         if (!tu_check_attention(dt, B, 1, H, D, dout, dref, dt != FA_DTYPE_F32 ? dnaive : NULL,
-                                dlse, lref, dt != FA_DTYPE_F32 ? lnaive : NULL, &st_loop)) {
+                                dlse, lref, dt != FA_DTYPE_F32 ? lnaive : NULL, lsize, &st_loop)) {
             printf("  (decode step %lld, cache lengths %d, %d)\n", (long long)step, lens[0],
                    lens[1]);
             if (bad_steps++ > 3)

@@ -173,7 +173,7 @@ static int run_varlen_case(const vcfg *c) {
             double *sq = dalloc(Sq * H * D), *sk = dalloc(Sk * Hk * D), *sv = dalloc(Sk * Hk * D);
             double *so = dalloc(Sq * H * D), *sl = dalloc(H * Sq);
             double *ro = dalloc(Sq * H * D), *rl = dalloc(H * Sq);
-            double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq);
+            double *no = dalloc(Sq * H * D), *nl = dalloc(H * Sq), *rs = dalloc(H * Sq);
             memcpy(sq, dq + (int64_t)cuq[b] * H * D, sizeof(double) * (size_t)(Sq * H * D));
             memcpy(so, dout + (int64_t)cuq[b] * H * D, sizeof(double) * (size_t)(Sq * H * D));
             memcpy(sk, dk + (int64_t)cuk[b] * Hk * D, sizeof(double) * (size_t)(Sk * Hk * D));
@@ -210,9 +210,11 @@ static int run_varlen_case(const vcfg *c) {
             ref_attention_forward(&p, sq, sk, sv, ro, rl);
             if (c->dtype != FA_DTYPE_F32)
                 ref_attention_forward_rounded(&p, sq, sk, sv, no, nl, tu_round_fn(c->dtype));
+            else
+                ref_score_sizes(&p, sq, sk, rs);
             if (!tu_check_attention(c->dtype, 1, Sq, H, D, so, ro,
                                     c->dtype != FA_DTYPE_F32 ? no : NULL, c->no_lse ? NULL : sl, rl,
-                                    c->dtype != FA_DTYPE_F32 ? nl : NULL, &g_stats[c->dtype]))
+                                    c->dtype != FA_DTYPE_F32 ? nl : NULL, rs, &g_stats[c->dtype]))
                 CHECK_MSG(0, "sequence %d (Sq=%lld Sk=%lld) differs from the reference", b,
                           (long long)Sq, (long long)Sk);
             free(sq);
@@ -222,6 +224,7 @@ static int run_varlen_case(const vcfg *c) {
             free(sl);
             free(ro);
             free(rl);
+            free(rs);
             free(no);
             free(nl);
             free(smask);

@@ -445,14 +445,19 @@ static inline int tu_contains_word(const char *s, const char *word) {
 /* ---------------------------------------------------------------------------------------------
  * Checking an attention result against the fp64 reference.
  *
- * out, ref, naive: (B, Sq, H, D) in logical order; lse, lse_ref, lse_naive: (B, H, Sq), lse may
- * be NULL (not checked). naive is ref_attention_forward_rounded in the dtype (unused for fp32).
+ * out, ref, naive: (B, Sq, H, D) in logical order; lse, lse_ref, lse_naive, score_size:
+ * (B, H, Sq), lse may be NULL (not checked). naive is ref_attention_forward_rounded in the dtype
+ * (unused for fp32); score_size is ref_score_sizes (used for fp32; NULL = 0).
  *
  * Criteria (DESIGN.md §9):
  *  - always: no NaN/inf in out; a row whose reference lse is -inf (fully masked, or Sk = 0) must
  *    have out exactly 0 and lse exactly -inf; every other lse finite;
  *  - fp32: max|out - ref| <= 1e-5 * max(1, max|ref|) (inputs are O(1) normals, so 1 is the
- *    scale of v), and per row |lse - lse_ref| <= 1e-5 * max(1, |lse_ref|);
+ *    scale of v), and per row |lse - lse_ref| <= 1e-5 * max(1, |lse_ref|) + 8 * 2^-24 *
+ *    score_size: the second term is the rounding of the row's fp32 dot products, which |lse_ref|
+ *    does not show when the scores cancel against an ALiBi bias (lse 0.48 from q·k ~ 20 and a
+ *    bias ~ -20 at D = 256 errs by up to 2.3e-5 on every kernel set; the worst of 220,000 such
+ *    rows was 2.5x 2^-24 score_size);
  *  - fp16/bf16 (flash-attn's criterion): max|out - ref| <= 2 * max|naive - ref| + ulp(max|ref|),
  *    where ulp is the dtype's spacing at max|ref|: rounding the output alone costs up to 0.5 ulp,
  *    and a correctly rounded fp32 result within fp32 noise of a tie can land on the other
@@ -474,7 +479,8 @@ typedef struct tu_errstats {
 static inline int tu_check_attention(int dtype, int64_t B, int64_t Sq, int64_t H, int64_t D,
                                      const double *out, const double *ref, const double *naive,
                                      const double *lse, const double *lse_ref,
-                                     const double *lse_naive, tu_errstats *st) {
+                                     const double *lse_naive, const double *score_size,
+                                     tu_errstats *st) {
     int ok = 1;
     int64_t n = B * Sq * H * D;
     double maxref = 0.0, err = 0.0, nerr = 0.0;
@@ -561,7 +567,7 @@ static inline int tu_check_attention(int dtype, int64_t B, int64_t Sq, int64_t H
         ok = 0;
     }
 
-    double lerr = 0.0, lrel = 0.0, lnerr = 0.0, lmax = 0.0;
+    double lerr = 0.0, lrel = 0.0, lnerr = 0.0, lmax = 0.0, lexcess = 0.0; /* lexcess: fp32 */
     if (lse) {
         int64_t m = B * H * Sq, lworst = -1;
         for (int64_t r = 0; r < m; r++) {
@@ -569,14 +575,19 @@ static inline int tu_check_attention(int dtype, int64_t B, int64_t Sq, int64_t H
                 continue;
             double e = fabs(lse[r] - lse_ref[r]);
             double sc = fabs(lse_ref[r]) > 1.0 ? fabs(lse_ref[r]) : 1.0;
+            const double tol_r =
+                1e-5 * sc +
+                (dtype == FA_DTYPE_F32 && score_size ? 8.0 * 0x1p-24 * score_size[r] : 0.0);
+            if (e / tol_r > lexcess) {
+                lexcess = e / tol_r;
+                lworst = r;
+            }
             if (fabs(lse_ref[r]) > lmax)
                 lmax = fabs(lse_ref[r]);
             if (e > lerr)
                 lerr = e;
-            if (e / sc > lrel) {
+            if (e / sc > lrel)
                 lrel = e / sc;
-                lworst = r;
-            }
             if (dtype != FA_DTYPE_F32 && lse_naive) {
                 double ne = fabs(lse_naive[r] - lse_ref[r]);
                 if (ne > lnerr)
@@ -584,11 +595,14 @@ static inline int tu_check_attention(int dtype, int64_t B, int64_t Sq, int64_t H
             }
         }
         if (dtype == FA_DTYPE_F32) {
-            if (!(lrel <= 1e-5)) {
+            if (!(lexcess <= 1.0)) {
                 CHECK_MSG(0,
-                          "lse relative error %.3g > 1e-5 at flat (b,h,i) index %lld: %.9g vs "
-                          "ref %.9g",
-                          lrel, (long long)lworst, lse[lworst], lse_ref[lworst]);
+                          "lse error %.3g > tol %.3g (1e-5 max(1, |ref|) + 8 2^-24 score size "
+                          "%.3g) at flat (b,h,i) index %lld: %.9g vs ref %.9g",
+                          fabs(lse[lworst] - lse_ref[lworst]),
+                          fabs(lse[lworst] - lse_ref[lworst]) / lexcess,
+                          score_size ? score_size[lworst] : 0.0, (long long)lworst, lse[lworst],
+                          lse_ref[lworst]);
                 ok = 0;
             }
         } else {

@@ -119,3 +119,28 @@ void ref_attention_forward_rounded(const ref_problem *p, const double *q, const 
                                    double (*round_fn)(double)) {
     forward_impl(p, q, k, v, out, lse, round_fn ? round_fn : identity);
 }
+
+void ref_score_sizes(const ref_problem *p, const double *q, const double *k, double *size) {
+    const int64_t Sq = p->Sq, Sk = p->Sk, H = p->H, Hk = p->Hk, D = p->D;
+    const int64_t group = Hk > 0 ? H / Hk : 1;
+    for (int64_t b = 0; b < p->B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Sq; i++) {
+                const double *qi = q + ((b * Sq + i) * H + h) * D;
+                double row = 0.0;
+                for (int64_t j = 0; j < Sk; j++) {
+                    if (!ref_visible(p, i, j))
+                        continue;
+                    const double *kj = k + ((b * Sk + j) * Hk + h / group) * D;
+                    double run = 0.0, squares = 0.0; /* P_t and sum_t P_t^2 */
+                    for (int64_t d = 0; d < D; d++) {
+                        run += qi[d] * kj[d];
+                        squares += run * run;
+                    }
+                    const double s = p->scale * sqrt(squares);
+                    if (s > row)
+                        row = s;
+                }
+                size[(b * H + h) * Sq + i] = row;
+            }
+}

@@ -32,6 +32,15 @@ typedef struct ref_problem {
 void ref_attention_forward(const ref_problem *p, const double *q, const double *k, const double *v,
                            double *out, double *lse);
 
+/* The size of the running sums behind each row's scores, per row (B, H, Sq): over the row's
+ * visible keys, the largest scale * sqrt(sum_t P_t^2), where P_t = q_0 k_0 + ... + q_t k_t is
+ * the dot product's running sum after t + 1 terms. An fp32 dot product rounds each running sum
+ * by up to 2^-24 of it, so a score's rounding error is about 2^-24 times this (root mean square;
+ * blocked sums or several accumulators make it smaller). When the score cancels against an
+ * ALiBi bias this, not |lse|, is what the fp32 lse's error scales with. 0 for rows with no
+ * visible key. */
+void ref_score_sizes(const ref_problem *p, const double *q, const double *k, double *size);
+
 /* 1 if key j is visible to query i under p's causal flag and window, else 0. */
 int ref_visible(const ref_problem *p, int64_t i, int64_t j);
 
