@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * api.c — the public entry points: defaults, complete argument validation, then dispatch to a
- * backend. Nothing is written to an output before every check has passed.
+ * api.c — the public entry points: complete argument validation, then dispatch to a backend
+ * (fa_params_init's defaults are in params.c). Nothing is written to an output before every
+ * check has passed.
  */
 #include "cpu/cpu.h"
 #include "internal.h"
@@ -10,16 +11,6 @@
 #include "validate.h"
 
 #include <stdlib.h>
-
-void fa_params_init(fa_params *params) {
-    if (!params) return;
-    *params = (fa_params){
-        .struct_size = sizeof *params,
-        .softmax_scale = 0.0f,
-        .window_left = -1,
-        .window_right = -1,
-    };
-}
 
 /* The tensors of one call. Forward: out and lse are outputs; backward: they are inputs and
  * dq, dk, dv are the outputs. Varlen calls have cu_q/cu_k and no batch dimension. */

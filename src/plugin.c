@@ -211,7 +211,8 @@ static int try_load(const char *path) {
 /* The plug-in in the directory of this library (or of the executable it is linked into). */
 static int try_load_beside_library(void) {
     Dl_info info;
-    if (!dladdr((void *)&fa_version, &info) || !info.dli_fname) return 0;
+    /* dladdr of a function of this file: the library (or executable) it is part of */
+    if (!dladdr((void *)&fa_device_count, &info) || !info.dli_fname) return 0;
     const char *slash = strrchr(info.dli_fname, '/');
     char path[1024];
     if (!slash || snprintf(path, sizeof path, "%.*s/%s", (int)(slash - info.dli_fname),
