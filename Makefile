@@ -107,36 +107,34 @@ test-torch: $(VENV)/.torch-ok
 
 # ---------------------------------------------------------------------------------------------
 # Fuzzing the doctor's input readers with libFuzzer (clang; not part of `make test`, which
-# replays the corpora in test_doctor_fuzz_replay). FUZZ_SECONDS per target; new inputs go to
+# replays the corpora in test_fuzz_replay). FUZZ_SECONDS per target; new inputs go to
 # $(FUZZ_BUILD)/corpus-<target>, crashes to $(FUZZ_BUILD)/crash-*.
 # ---------------------------------------------------------------------------------------------
 FUZZ_CC      ?= clang
 FUZZ_BUILD   ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude
-FUZZ_TOOL     = tools/flashattn
+FUZZ_TOOL     = tools
 
 .PHONY: fuzz fuzz-build
 
 fuzz-build:
 	@mkdir -p $(FUZZ_BUILD)/seeds-elf
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_explain.c $(FUZZ_TOOL)/logclass.c \
-	    $(FUZZ_TOOL)/logread.c $(FUZZ_TOOL)/demangle.c $(FUZZ_TOOL)/json.c \
-	    $(FUZZ_TOOL)/releases.c $(FUZZ_TOOL)/envutil.c -o $(FUZZ_BUILD)/fuzz_explain
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elfread.c -o $(FUZZ_BUILD)/fuzz_elf
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_demangle.c $(FUZZ_TOOL)/demangle.c \
-	    -o $(FUZZ_BUILD)/fuzz_demangle
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_explain.c $(FUZZ_TOOL)/explain/logclass.c \
+	    $(FUZZ_TOOL)/explain/logread.c $(FUZZ_TOOL)/elf/demangle.c $(FUZZ_TOOL)/cli/json.c \
+	    $(FUZZ_TOOL)/wheel/releases.c $(FUZZ_TOOL)/probe/envutil.c -ldl \
+	    -o $(FUZZ_BUILD)/fuzz_explain
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elf/elfread.c \
+	    -o $(FUZZ_BUILD)/fuzz_elf
 	printf 'int f(void){return 0;}\n' | $(FUZZ_CC) -shared -fPIC -x c - -o $(FUZZ_BUILD)/seeds-elf/tiny.so
 
 fuzz: fuzz-build
-	@mkdir -p $(FUZZ_BUILD)/corpus-explain $(FUZZ_BUILD)/corpus-elf $(FUZZ_BUILD)/corpus-demangle
+	@mkdir -p $(FUZZ_BUILD)/corpus-explain $(FUZZ_BUILD)/corpus-elf
 	cd $(FUZZ_BUILD) && ./fuzz_explain -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    -print_final_stats=1 corpus-explain $(CURDIR)/tests/fuzz/corpus/explain \
-	    $(CURDIR)/tests/doctor/logs
+	    $(CURDIR)/tests/tools/explain/logs
 	cd $(FUZZ_BUILD) && ./fuzz_elf -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 	    -print_final_stats=1 corpus-elf seeds-elf
-	cd $(FUZZ_BUILD) && ./fuzz_demangle -max_total_time=$(FUZZ_SECONDS) -max_len=512 \
-	    -print_final_stats=1 corpus-demangle $(CURDIR)/tests/fuzz/corpus/demangle
 
 # ---------------------------------------------------------------------------------------------
 # AArch64: cross-build with Debian's gcc-aarch64-linux-gnu and run the C tests under qemu-user,

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../tools/flashattn/halfconv.h"
+#include "../tools/cli/halfconv.h"
 #include "flashattn.h"
 
 enum { MAX_BUILDS = 8, MAX_ROUNDS = 200 };

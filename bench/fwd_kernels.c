@@ -35,7 +35,7 @@
 
 #include "../src/cpu/cpu.h"
 #include "../src/cpu/tile.h"
-#include "../tools/flashattn/peak.h"
+#include "../tools/bench/peak.h"
 
 enum { ROWS = 252, H = 16, REPS = 5, MAX_THREADS = 64 };
 enum { STEP_PACK = 1, STEP_QK = 2, STEP_SOFTMAX = 4, STEP_PV = 8, STEP_ALL = 15 };

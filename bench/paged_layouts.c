@@ -44,7 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../tools/flashattn/cli.h" /* clock, dtype parsing, element access, rng, poison */
+#include "../tools/cli/cli.h" /* clock, dtype parsing, element access, rng, poison */
 #include "flashattn.h"
 
 enum { H = 32, HK = 8, D = 128, MAX_ROUNDS = 101, LAYOUTS = 3, SUMS = 4, RUNS = LAYOUTS + SUMS };

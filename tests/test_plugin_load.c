@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_doctor_plugin.c — what `flashattn doctor` reports as the CUDA plug-in's state comes from
+ * test_plugin_load.c — what `flashattn doctor` reports as the CUDA plug-in's state comes from
  * the core's loader (src/plugin.c): a plug-in file that is cut short or is not a regular file
  * must give FA_ERR_DEVICE with a message naming the path and what is wrong, never a crash
  * (dlopen maps a truncated file's segments as described, and touching a page past its end is a

@@ -2,12 +2,12 @@
 /*
  * fuzz_elf.c — libFuzzer target for the doctor's ELF reader: any bytes as an ELF image; every
  * name it returns is walked (so a string pointer outside the tables would be caught by ASan).
- * Link with tools/flashattn/elfread.c.
+ * Link with tools/elf/elfread.c.
  */
 #include <stdint.h>
 #include <string.h>
 
-#include "../../tools/flashattn/elfread.h"
+#include "../../tools/elf/elfread.h"
 
 int fa_fuzz_elf(const uint8_t *data, size_t size) {
     elfr_file f;

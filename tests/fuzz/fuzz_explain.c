@@ -3,15 +3,16 @@
  * fuzz_explain.c — libFuzzer target for `flashattn explain`'s log reader and classifier: any
  * bytes go through the line reader (at the default line cap and at a tiny one, so the cut-off
  * paths run on short inputs), the classifier and its detail handlers (which demangle symbols),
- * the fix text and the JSON writer. Build and run with `make fuzz`; tests/test_doctor_fuzz_
- * replay.c replays the seed corpus in `make test`.
+ * the fix text and the JSON writer. Build and run with `make fuzz`; tests/fuzz/test_fuzz_replay.c
+ * replays the seed corpus in `make test`.
  *
- * Link with tools/flashattn/{logclass,logread,demangle,json,releases,envutil}.c.
+ * Link with tools/explain/{logclass,logread}.c, tools/elf/demangle.c,
+ * tools/cli/json.c, tools/wheel/releases.c and tools/probe/envutil.c (and -ldl).
  */
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../../tools/flashattn/explain.c"
+#include "../../tools/explain/explain.c"
 
 static logc *fz_classifier;
 static FILE *fz_null;

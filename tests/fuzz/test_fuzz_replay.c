@@ -1,27 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_doctor_fuzz_replay.c — a short, deterministic replay of the fuzz targets in tests/fuzz/
- * (explain's log reader and classifier, the ELF reader, the demangler) in `make test`, so the
+ * test_fuzz_replay.c — a short, deterministic replay of the fuzz targets in tests/fuzz/
+ * (explain's log reader and classifier, the ELF reader) in `make test`, so the
  * harnesses keep compiling and the seed corpora, the log fixtures, any crash inputs saved in
  * tests/fuzz/corpus/ and a few thousand generated inputs keep passing without clang. The real
  * fuzzing is `make fuzz` (libFuzzer).
  */
 #define FA_FUZZ_NO_ENTRY 1
 
-#include "../tools/flashattn/demangle.c"
-#include "../tools/flashattn/elfread.c"
-#include "../tools/flashattn/envutil.c"
-#include "../tools/flashattn/json.c"
-#include "../tools/flashattn/logclass.c"
-#include "../tools/flashattn/logread.c"
-#include "../tools/flashattn/releases.c"
-#include "fuzz/fuzz_demangle.c"
-#include "fuzz/fuzz_elf.c"
-#include "fuzz/fuzz_explain.c"
+#include "../../tools/cli/json.c"
+#include "../../tools/elf/demangle.c"
+#include "../../tools/elf/elfread.c"
+#include "../../tools/explain/logclass.c"
+#include "../../tools/explain/logread.c"
+#include "../../tools/probe/envutil.c"
+#include "../../tools/wheel/releases.c"
+#include "fuzz_elf.c"
+#include "fuzz_explain.c"
 
 #include <dirent.h>
 
-#include "test.h"
+#include "../test.h"
 
 typedef int (*target_fn)(const uint8_t *, size_t);
 
@@ -88,15 +87,12 @@ int main(void) {
     CASE_BEGIN("replay the explain corpus and the log fixtures");
     snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/explain", src);
     n = replay_dir(dir, fa_fuzz_explain);
-    snprintf(dir, sizeof dir, "%s/tests/doctor/logs", src);
+    snprintf(dir, sizeof dir, "%s/tests/tools/explain/logs", src);
     n += replay_dir(dir, fa_fuzz_explain);
     CHECK_MSG(n >= 30, "only %d inputs found under %s", n, src);
     CASE_END();
 
-    CASE_BEGIN("replay the demangle and elf corpora");
-    snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/demangle", src);
-    n = replay_dir(dir, fa_fuzz_demangle);
-    CHECK(n >= 5);
+    CASE_BEGIN("replay the elf corpus");
     snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/elf", src);
     replay_dir(dir, fa_fuzz_elf); /* optional: crash inputs saved by `make fuzz` */
     {
@@ -144,7 +140,6 @@ int main(void) {
             memcpy(buf + at, w, strlen(w));
         }
         fa_fuzz_explain(buf, len);
-        fa_fuzz_demangle(buf, len);
         fa_fuzz_elf(buf, len);
     }
     CHECK(1);

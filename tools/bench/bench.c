@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * bench.c — `flashattn bench`: flashattn against naive attention over a grid of configurations.
  *
  * For each configuration (pass, dtype, head dim, causal, sequence length; B and H fixed) it
@@ -34,7 +37,7 @@
 #include <malloc.h>
 #endif
 
-#include "cli.h"
+#include "../cli/cli.h"
 #include "flashattn.h"
 #include "naive.h"
 #include "peak.h"

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * bench_decode.c — `flashattn bench-decode`: the decode step of inference, one query token per
  * sequence against a KV cache (fa_forward_kvcache), over batch sizes and cache lengths.
  *
@@ -49,7 +52,7 @@
 #include <sys/mman.h>
 #endif
 
-#include "cli.h"
+#include "../cli/cli.h"
 #include "flashattn.h"
 
 enum { BD_H = 32, BD_HK = 8, BD_D = 128, BD_MAX_LIST = 32 };

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * naive.c — naive (materialized) attention for `flashattn bench`; see naive.h.
  *
  * Each (batch, head) pair is one task; threads take tasks from an atomic counter. A task packs

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * naive.h — naive attention for `flashattn bench`: the textbook algorithm that materializes the
  * whole score matrix, as a framework does with `softmax(q @ k.T * scale) @ v`. It is the baseline
  * flashattn's time and memory are compared against, so it is deliberately plain: fp32 throughout,

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * peak.c — the peak probe of `flashattn bench` (see peak.h): the run-time CPU check, the thread
  * harness and the portable fallback kernel. The ISA kernels live in peak_avx512.c and
  * peak_avx2.c, each compiled with its own flags, and run only when the check below says the CPU

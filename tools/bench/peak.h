@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * peak.h — a short probe of this machine's arithmetic peak for `flashattn bench`, so that speed
  * can be reported as a fraction of what the machine can do, measured in the same run.
  *

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * peak_avx2.c — the AVX2 + FMA kernel of the peak probe (peak.h), for x86-64 CPUs without
  * AVX-512. Compiled with -mavx2 -mfma (set for this file alone in CMakeLists.txt, x86_64 only)
  * and called only after peak.c has checked CPUID + XGETBV; elsewhere it builds to a stub.

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * peak_avx512.c — the AVX-512 kernels of the peak probe (peak.h). Compiled with -mavx512f (set
  * for this file alone in CMakeLists.txt, x86_64 only) and called only after peak.c has checked
  * CPUID + XGETBV. Elsewhere, or without the flag, the file builds to stubs.

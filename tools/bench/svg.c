@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * svg.c — the two-panel line chart of `flashattn bench` (see svg.h), written by hand: a frame and
  * grid per panel, log2 ticks on x (powers of two), log ticks on y (time: decades, plus 2 and 5
  * when a panel spans few decades; memory: powers of 4, 1 MiB, 4 MiB, ..., 1 GiB), polylines with

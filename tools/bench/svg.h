@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/bench/ — the benchmarks: `flashattn bench` and `bench-decode`, the in-run peak probe, the
+ * naive attention baseline and the SVG chart.
+ *
  * svg.h — a small, dependency-free SVG line chart for `flashattn bench`: two panels side by side
  * (time and peak memory) against sequence length, x on a log2 axis, y on log10 axes, one line per
  * series with point markers, and a legend. Missing points (NaN or <= 0) break a line.

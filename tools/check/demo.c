@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/check/ — the checks a user runs: `flashattn verify` (against the fp64 reference) and
+ * `flashattn demo`.
+ *
  * demo.c — `flashattn demo`: one attention forward on a long sequence, to show what the library
  * is for. Prints the shape, the wall time (median of 3 runs when one run is quick, else the
  * single first run, and it says which), GFLOP/s with flash-attn's convention (4·B·H·Sq·Sk·D,
@@ -20,8 +23,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "../cli/cli.h"
 #include "attention_ref.h"
-#include "cli.h"
 #include "flashattn.h"
 
 #define REPEAT_BELOW_S 2.0 /* a first run faster than this is repeated twice more (median of 3) */

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/check/ — the checks a user runs: `flashattn verify` (against the fp64 reference) and
+ * `flashattn demo`.
+ *
  * verify.c — `flashattn verify`: the "does it really work" check. Runs small attentions on every
  * available backend (the CPU, and each CUDA device when the plug-in and a GPU are present; when
  * not, the reason is printed) and compares out and lse with the fp64 reference
@@ -42,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cli/cli.h"
 #include "attention_ref.h"
 #include "attention_ref_backward.h"
-#include "cli.h"
 #include "flashattn.h"
 
 #define MAX_SEQS 4

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * cli.h — what the subcommands of the `flashattn` command share: the subcommand signature, the
  * one way to report a library error (`flashattn: <what>: <FA_STATUS_NAME>: <message>`, exit 1),
  * option parsing helpers, a seeded random generator, a monotonic clock and element access for

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * halfconv.h — fp16 and bf16 <-> fp32 conversions for the `flashattn` command, written out in
  * portable C (no F16C, no _Float16) so the tool builds with any C11 compiler.
  *

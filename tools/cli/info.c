@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * info.c — `flashattn info`: what library this is and what it will run on. Prints the loaded
  * library's version (and whether it matches the header the tool was built with), its build
  * description, the thread count of the default context, the CUDA plug-in status and the FA_*

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * json.c — JSON string output with escaping and UTF-8 validation (see json.h).
  */
 #define _POSIX_C_SOURCE 200809L

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * json.h — the little JSON the doctor, wheel and explain commands print: strings escaped per
  * RFC 8259, always valid UTF-8 (bytes of an invalid sequence become U+FFFD), so a log full of
  * binary garbage still yields a document any parser accepts.

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * main.c — the `flashattn` command: a table of subcommands and the dispatch to them.
  *
  *   flashattn <subcommand> [options]      flashattn <subcommand> --help for its options

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/cli/ — the `flashattn` command's entry (main.c's table of subcommands, `info`) and the
+ * helpers every subcommand shares.
+ *
  * textwrap.h — prints a long line of prose wrapped at a width with a hanging indent, breaking
  * at spaces only (URLs and commands stay whole), for the doctor's and explain's text output.
  */

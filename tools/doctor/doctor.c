@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/doctor/ — the install doctor: `flashattn doctor`, its findings and the extension-module
+ * check.
+ *
  * doctor.c — `flashattn doctor`: the checks people do by hand when flash-attn will not install
  * or import, as one command, with no network access. It probes the machine (envprobe.h), turns
  * the facts into findings — each with a mark, its evidence and the exact command that fixes it
@@ -20,16 +23,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "demangle.h"
-#include "envprobe.h"
+#include "../cli/cli.h"
+#include "../cli/json.h"
+#include "../elf/demangle.h"
+#include "../explain/logread.h"
+#include "../probe/envprobe.h"
+#include "../probe/verutil.h"
+#include "../wheel/releases.h"
 #include "extcheck.h"
 #include "findings.h"
 #include "flashattn.h"
-#include "json.h"
-#include "logread.h"
-#include "releases.h"
-#include "verutil.h"
 
 #define S_FLASHATTN "flashattn"
 #define S_CPU "CPU"
@@ -854,6 +857,9 @@ static void check_flash_attn(findings *f, const fa_env *e) {
             if (d) {
                 find_evidence(x, "demangled: %s", d);
                 free(d);
+            } else if (dmg_unavailable()) {
+                find_evidence(x, "not demangled (%s): `c++filt %s` shows it", dmg_unavailable(),
+                              sym);
             }
         }
         if (rep && rep->ok) {
@@ -1149,6 +1155,8 @@ static int run_so(const char *path, const char *const *dirs, int ndirs, int json
                     if (rep->missing[i].demangled[0])
                         printf("    = %s\n", rep->missing[i].demangled);
                 }
+                if (dmg_unavailable())
+                    printf("  (not demangled: %s; `c++filt` demangles them)\n", dmg_unavailable());
             }
             printf("%s %s\n", bad ? "[✗]" : "[✓]", verdict);
         }

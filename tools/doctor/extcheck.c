@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/doctor/ — the install doctor: `flashattn doctor`, its findings and the extension-module
+ * check.
+ *
  * extcheck.c — resolves an extension module's undefined symbols against the libraries it needs,
  * like the dynamic loader would, but from the files (see extcheck.h).
  *
@@ -21,9 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "demangle.h"
-#include "elfread.h"
-#include "verutil.h"
+#include "../elf/demangle.h"
+#include "../elf/elfread.h"
+#include "../probe/verutil.h"
 
 #define MAX_DIRS 96
 

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/doctor/ — the install doctor: `flashattn doctor`, its findings and the extension-module
+ * check.
+ *
  * extcheck.h — why a compiled extension module (flash_attn_2_cuda*.so) does or would not load,
  * read from ELF files only (nothing is loaded): which C++ ABI its std::string symbols use,
  * which libraries it needs and where the loader would find them, which of its undefined
@@ -11,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "envprobe.h"
+#include "../probe/envprobe.h"
 
 #define EXT_MAX_LIBS 64
 #define EXT_MAX_SHOWN 16

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/doctor/ — the install doctor: `flashattn doctor`, its findings and the extension-module
+ * check.
+ *
  * findings.c — collecting and printing the doctor's findings (see findings.h). The text layout
  * follows `flutter doctor`: one line per check with its mark, details indented below it; a
  * section heading whenever the section changes; a closing summary line.
@@ -12,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "logread.h"
-#include "textwrap.h"
+#include "../cli/json.h"
+#include "../cli/textwrap.h"
+#include "../explain/logread.h"
 
 finding *find_add(findings *f, const char *section, const char *id, int status, const char *fmt,
                   ...) {

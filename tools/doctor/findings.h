@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/doctor/ — the install doctor: `flashattn doctor`, its findings and the extension-module
+ * check.
+ *
  * findings.h — the doctor's output model: a list of findings, each with a mark ([✓] ok,
  * [!] warning, [✗] problem), a one-line title, evidence lines and the exact command that fixes
  * it, grouped in sections; printed as text (colour only on a terminal, and never with

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/elf/ — reading shared objects for the doctor: the ELF reader, and C++ names through the
+ * system's demangler.
+ *
  * elfread.c — the dynamic tables of a 64-bit little-endian ELF object, read with bounds checks
  * (see elfread.h). The layout constants are written out here (no <elf.h>, which is not POSIX):
  *

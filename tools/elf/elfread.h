@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/elf/ — reading shared objects for the doctor: the ELF reader, and C++ names through the
+ * system's demangler.
+ *
  * elfread.h — reads what the dynamic loader sees in a 64-bit little-endian ELF shared object,
  * straight from the file: DT_NEEDED, SONAME, RPATH/RUNPATH, the dynamic symbols (defined or
  * undefined, binding, symbol version), the versions it needs from each library (GLIBC_2.32,

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/explain/ — `flashattn explain`: a build or import log classified and its fix named; the
+ * bounded log reader.
+ *
  * explain.c — `flashattn explain [LOG|-]`: reads a pip / setup.py / ninja / nvcc build log or a
  * Python import traceback (a file or stdin), finds the first real error (logclass.c decides
  * which line that is), and prints its class, the evidence lines and the fix. `--json` prints
@@ -19,13 +22,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "demangle.h"
-#include "json.h"
+#include "../cli/cli.h"
+#include "../cli/json.h"
+#include "../cli/textwrap.h"
+#include "../elf/demangle.h"
+#include "../wheel/releases.h"
 #include "logclass.h"
 #include "logread.h"
-#include "releases.h"
-#include "textwrap.h"
 
 static void explain_usage(FILE *f) {
     fprintf(
@@ -456,8 +459,16 @@ static int demangle_one(const char *s) {
     return 1;
 }
 
+/* Prints each name demangled, or as it is when it does not demangle; without a demangler says
+ * so once on stderr (exit status 0 either way: the names are printed). */
 static int run_demangle(int argc, char **argv, int first) {
     int i, any = 0;
+    const char *why = dmg_unavailable();
+    if (why)
+        fprintf(stderr,
+                "flashattn: no C++ demangler could be loaded (%s): names are printed as they "
+                "are; `c++filt` demangles them\n",
+                why);
     for (i = first; i < argc; i++) {
         demangle_one(argv[i]);
         any = 1;

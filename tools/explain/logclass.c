@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/explain/ — `flashattn explain`: a build or import log classified and its fix named; the
+ * bounded log reader.
+ *
  * logclass.c — the rules that recognize flash-attn install and import failures in a log, and
  * the matcher that applies them line by line (see logclass.h for the tiers).
  *
@@ -18,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "demangle.h"
+#include "../elf/demangle.h"
 #include "logread.h"
 
 const char *const logc_class_names[] = {

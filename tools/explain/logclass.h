@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/explain/ — `flashattn explain`: a build or import log classified and its fix named; the
+ * bounded log reader.
+ *
  * logclass.h — finds the first real error in a pip / setup.py / ninja / nvcc build log or a
  * Python import traceback and names its class.
  *

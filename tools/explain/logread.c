@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/explain/ — `flashattn explain`: a build or import log classified and its fix named; the
+ * bounded log reader.
+ *
  * logread.c — bounded line reader for logs (see logread.h). One pass over the bytes: split on
  * "\n" / "\r\n" / "\r", drop ANSI CSI escapes (ESC [ ... final byte) and other ESC pairs, map
  * the remaining control bytes except TAB to '?' (logr_clean_byte, which the commands also use for

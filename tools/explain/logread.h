@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/explain/ — `flashattn explain`: a build or import log classified and its fix named; the
+ * bounded log reader.
+ *
  * logread.h — reads a build log or traceback line by line in bounded memory, whatever it
  * contains. Lines end at "\n", "\r\n" or a lone "\r" (pip's progress bars); ANSI colour escapes
  * are removed; other control bytes (NUL included) become '?'. A line longer than the cap keeps

@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * driver.c — the NVIDIA driver and its GPUs, asked through the driver library itself
  * (libcuda.so.1, dlopen'ed at run time; nothing links against it): cuDriverGetVersion, cuInit,
  * and per device its name, compute capability and memory. The driver's version string
  * ("550.54.15") comes from NVML (libnvidia-ml.so.1) when that loads. No driver is a result.
  *
  * FLASHATTN_DOCTOR_LIBCUDA / FLASHATTN_DOCTOR_LIBNVML replace the libraries (tests load a fake
- * driver built from tests/doctor/fake_driver.c); see envprobe.h.
+ * driver built from tests/tools/probe/fake_driver.c); see envprobe.h.
  */
 #define _GNU_SOURCE /* dladdr */
 

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * envprobe.c — runs every probe once, in the order a person debugging an install would look:
  * machine, driver, toolkit, compilers, C/C++ runtime, then Python (the slow one).
  */

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * envprobe.h — what the doctor and the wheel command know about this machine, gathered without
  * network access: CPU and memory (sysprobe.c), the NVIDIA driver and GPUs through the driver
  * library loaded at run time (driver.c), the CUDA toolkit and the host compilers (toolprobe.c),

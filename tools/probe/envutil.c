@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * envutil.c — the few string helpers the probes, the checks and the release rules share
  * (declared in envprobe.h). No dependencies, so unit tests can compile it alone.
  */

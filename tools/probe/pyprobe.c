@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * pyprobe.c — Python, PyTorch and flash_attn, as seen by running the interpreter the user
  * would run (python3, then python, on PATH; or --python / FLASHATTN_DOCTOR_PYTHON). A short
  * script prints one "FA_key=value" line per fact; every step is in its own try block, so a

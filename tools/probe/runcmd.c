@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * runcmd.c — fork/exec with captured output and a timeout (see runcmd.h). The child gets its
  * own process group so a timeout also kills what it started (python's children, nvcc's cc1).
  * exec failures come back through a close-on-exec pipe, so "not found" and "exit 127" differ.

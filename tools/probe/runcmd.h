@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * runcmd.h — runs a program (nvcc, gcc, python) the way the doctor needs: found on PATH like a
  * shell would, stdin from /dev/null, stdout and stderr captured separately up to a cap, killed
  * (with its process group) after a timeout. A missing or broken program is a result, not an

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * sysprobe.c — the machine below the toolchain: CPU model and SIMD features (/proc/cpuinfo),
  * CPU count, RAM available to a build (MemAvailable and the cgroup v2/v1 memory limit, which is
  * what kills container builds), the glibc version (confstr) and the libstdc++ the loader finds
@@ -14,7 +17,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "elfread.h"
+#include "../elf/elfread.h"
 #include "envprobe.h"
 #include "verutil.h"
 

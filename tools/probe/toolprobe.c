@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * toolprobe.c — the CUDA toolkit and the host compilers a flash-attn source build uses.
  *
  * The toolkit is found the way torch.utils.cpp_extension finds it (so the doctor sees what a

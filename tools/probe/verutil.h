@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/probe/ — the environment probes: what the machine has (driver and GPUs, compilers and
+ * nvcc, Python and torch, glibc), read by `doctor` and `wheel`.
+ *
  * verutil.h — comparing version strings the way pip and the dynamic loader do, small enough
  * to be static inline: dotted numbers compared numerically ("3.4.30" > "3.4.9"), then a PEP 440
  * suffix (".devN" < release < ".postN"); a local part ("+cu128") is ignored.

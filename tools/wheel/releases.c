@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/wheel/ — `flashattn wheel`: the flash-attn wheel that fits this machine, from the release
+ * table.
+ *
  * releases.c — the flash-attn release table and naming rules (see releases.h).
  *
  * The table holds the releases whose publish.yml matrix is known exactly; for any other
@@ -16,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verutil.h"
+#include "../probe/verutil.h"
 
 const rel_info rel_releases[] = {
     {"2.8.3", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1},

@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/wheel/ — `flashattn wheel`: the flash-attn wheel that fits this machine, from the release
+ * table.
+ *
  * releases.h — what flashattn knows about flash-attn releases, without network access: which
  * wheels each release published (Python, torch, CUDA, glibc), how each release line's setup.py
  * names the wheel it tries to download, how to parse such a name, and the build rules the
@@ -12,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "envprobe.h"
+#include "../probe/envprobe.h"
 
 typedef struct rel_info {
     const char *version; /* "2.8.3" */

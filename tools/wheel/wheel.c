@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * tools/wheel/ — `flashattn wheel`: the flash-attn wheel that fits this machine, from the release
+ * table.
+ *
  * wheel.c — `flashattn wheel`: the flash-attn wheel arithmetic people do by hand.
  *
  *   flashattn wheel [--flash-attn VERSION]   the release wheel (file name and URL) for this
@@ -19,12 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "envprobe.h"
+#include "../cli/cli.h"
+#include "../cli/json.h"
+#include "../probe/envprobe.h"
+#include "../probe/verutil.h"
 #include "flashattn.h"
-#include "json.h"
 #include "releases.h"
-#include "verutil.h"
 
 static void wheel_usage(FILE *f) {
     fprintf(f,

@@ -16,11 +16,11 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT INT TERM
 FAKE_PY_DIR=$TMP/py
 mkdir -p "$FAKE_PY_DIR"
-cp "$SRC"/tests/doctor/py/*.txt "$FAKE_PY_DIR/"
+cp "$SRC"/tests/tools/probe/py/*.txt "$FAKE_PY_DIR/"
 for f in /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib64/libstdc++.so.6 /usr/lib/aarch64-linux-gnu/libstdc++.so.6; do
     [ -f "$f" ] && FAKE_LIBSTDCXX=$f && break
 done
-. "$SRC/tests/doctor/fakeenv.sh"
+. "$SRC/tests/tools/probe/fakeenv.sh"
 fake_setup "$SRC" "$CC" || { echo "cannot build the fake environment"; exit 1; }
 
 fail=0

@@ -2,9 +2,9 @@
 # test_elf.sh FLASHATTN — `flashattn doctor --so` on small shared objects built here with g++:
 # a stand-in "libc10.so" and extension modules compiled with -D_GLIBCXX_USE_CXX11_ABI=0 and =1,
 # so the reader must see which ABI each uses and which undefined symbols the library does not
-# define (demangled), in both directions, plus a torch-version mismatch (same ABI, another
-# signature). Then the demangler against c++filt on every symbol of these objects and of the
-# system libstdc++, and malformed files (truncated copies, garbage, empty, a directory).
+# define (demangled by the system's __cxa_demangle; without one, mangled with a hint), in both
+# directions, plus a torch-version mismatch (same ABI, another signature). Then malformed files
+# (truncated copies, garbage, empty, a directory).
 # Exits 77 (skipped) without a C++ compiler.
 set -u
 FA=$1
@@ -89,8 +89,19 @@ has "[✗] C++ ABI mismatch: the module was built with _GLIBCXX_USE_CXX11_ABI=1,
 so abi0-on-abi1 "$TMP/ext_abi0.so" "$TMP/torch1"
 [ $rc -eq 1 ] && ok || bad "exit $rc"
 has "_ZN3c105ErrorC1ENS_14SourceLocationESs"
-has "= c10::Error::Error(c10::SourceLocation, std::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
+has "= c10::Error::Error(c10::SourceLocation, std::string)"
 has "Use the wheel named cxx11abiTRUE"
+
+# without a demangler: names stay mangled, the hint names c++filt, and the new ABI is still seen
+# (std::__cxx11 is read from the mangled names)
+export FLASHATTN_DEMANGLER=none
+so no-demangler "$TMP/ext_abi1.so" "$TMP/torch0"
+unset FLASHATTN_DEMANGLER
+[ $rc -eq 1 ] && ok || bad "exit $rc"
+has "_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"
+has "(not demangled: turned off by FLASHATTN_DEMANGLER=none; \`c++filt\` demangles them)"
+has "[✗] C++ ABI mismatch: the module was built with _GLIBCXX_USE_CXX11_ABI=1, torch with 0"
+grep -q "^    = " "$out" && bad "demangled without a demangler" || ok
 
 so newer-torch "$TMP/ext_new.so" "$TMP/torch1"
 [ $rc -eq 1 ] && ok || bad "exit $rc"
@@ -124,27 +135,6 @@ assert d["cxx11_abi"] == 1 and d["libraries_cxx11_abi"] == 0, d
 assert d["missing"] >= 2 and any("torchCheckFail" in m["demangled"] for m in d["missing_symbols"])
 assert any(n["name"] == "libc10.so" for n in d["needed"])
 EOF
-fi
-
-# the demangler agrees with c++filt on every C++ symbol it accepts
-if command -v c++filt > /dev/null && command -v nm > /dev/null; then
-    scenario=demangle
-    libstdcxx=$("$CXX" -print-file-name=libstdc++.so.6 2> /dev/null)
-    for f in "$TMP/ext_abi0.so" "$TMP/ext_abi1.so" "$TMP/torch0/libc10.so" "$TMP/torch1/libc10.so" "$libstdcxx"; do
-        [ -f "$f" ] && nm -D "$f" 2> /dev/null | awk '{print $NF}' | sed 's/@.*//' | grep '^_Z'
-    done | sort -u > "$TMP/syms"
-    "$FA" explain --demangle < "$TMP/syms" > "$TMP/mine"
-    c++filt < "$TMP/syms" > "$TMP/ref"
-    total=$(wc -l < "$TMP/syms")
-    # lines where ours left the name mangled (unsupported) are not compared
-    paste -d '\t' "$TMP/syms" "$TMP/mine" "$TMP/ref" |
-        awk -F '\t' '$2 != $1 && $2 != $3 { print; n++ } END { exit n > 0 }' > "$TMP/diff"
-    if [ $? -eq 0 ]; then ok; else bad "differs from c++filt:"; head -5 "$TMP/diff"; fi
-    same=$(paste -d '\t' "$TMP/syms" "$TMP/mine" | awk -F '\t' '$1 != $2' | wc -l)
-    echo "demangler: $same of $total symbols demangled, all identical to c++filt"
-    [ "$total" -gt 100 ] && [ $((same * 100 / total)) -ge 95 ] && ok || bad "coverage $same/$total"
-else
-    echo "c++filt or nm missing: demangler comparison skipped"
 fi
 
 # malformed files never crash the reader

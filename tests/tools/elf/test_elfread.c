@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_doctor_elf.c — the doctor's ELF reader (tools/flashattn/elfread.c, compiled into this
+ * test_elfread.c — the doctor's ELF reader (tools/elf/elfread.c, compiled into this
  * test). A small ELF64 shared object is assembled in memory with every table the reader uses
  * (.dynstr, .dynsym, .gnu.version, .gnu.version_r, .gnu.version_d, .dynamic) and read back
  * field by field; then every truncation of it and thousands of random corruptions must give an
  * error or a partial result, never a crash (run under ASan in `make asan`). Finally the reader
  * reads this test's own executable and the libstdc++ on the system, if there is one.
  */
-#include "../tools/flashattn/elfread.c"
+#include "../../../tools/elf/elfread.c"
 
-#include "test.h"
+#include "../../test.h"
 
 #define IMG_SIZE 4096
 

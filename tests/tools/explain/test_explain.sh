@@ -1,6 +1,6 @@
 #!/bin/sh
 # test_explain.sh FLASHATTN SRCDIR — `flashattn explain` end to end:
-#   - every fixture in tests/doctor/logs/ gets the class its name starts with (CLASS--what.log),
+#   - every fixture in tests/tools/explain/logs/ gets the class its name starts with (CLASS--what.log),
 #     and every class name has a fixture; --json output is one valid JSON object with exactly
 #     the keys class, evidence, fix;
 #   - malformed input: an empty file, binary garbage (an ELF file, random bytes), a 100 MB log
@@ -10,7 +10,7 @@
 set -u
 FA=$1
 SRC=$2
-LOGS=$SRC/tests/doctor/logs
+LOGS=$SRC/tests/tools/explain/logs
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT INT TERM
 fail=0
@@ -54,7 +54,7 @@ done
     grep -q "SM80_16x8x16_F32BF16BF16F32_TN_V2" "$TMP/o" && grep -q "HTTP 404" "$TMP/o" && ok ||
     bad "buried generic error"
 "$FA" explain "$LOGS/cxx11_abi_mismatch--import_oldabi_ext_on_ngc_torch.log" > "$TMP/o" &&
-    grep -q "^symbol:   c10::Error::Error(c10::SourceLocation, std::basic_string<char" "$TMP/o" &&
+    grep -q "^symbol:   c10::Error::Error(c10::SourceLocation, std::string)" "$TMP/o" &&
     grep -q "cxx11abiTRUE" "$TMP/o" && ok || bad "ABI fix names the side"
 
 # what the release table says about the wheel setup.py guessed
@@ -106,13 +106,19 @@ end=$(date +%s)
 if [ $rc -eq 0 ] && [ "$(class_of "$TMP/o.json")" = build_oom ]; then ok; else bad "100 MB log: rc $rc, $(head -c 300 "$TMP/o.json") $(head -c 300 "$TMP/err")"; fi
 echo "100 MB log: $((end - start)) s${limit:+ under a 256 MB address-space limit}"
 
-# 6. --demangle
+# 6. --demangle, through the system's __cxa_demangle (libstdc++), and without one
 out=$("$FA" explain --demangle _ZN3c106detail14torchCheckFailEPKcS2_jRKSs not_mangled)
-exp='c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)
+exp='c10::detail::torchCheckFail(char const*, char const*, unsigned int, std::string const&)
 not_mangled'
 [ "$out" = "$exp" ] && ok || bad "--demangle: $out"
 out=$(printf '_ZN3c104cuda9SetDeviceEa\n' | "$FA" explain --demangle)
 [ "$out" = "c10::cuda::SetDevice(signed char)" ] && ok || bad "--demangle stdin: $out"
+out=$(FLASHATTN_DEMANGLER=none "$FA" explain --demangle _ZN3c104cuda9SetDeviceEa 2> "$TMP/err")
+[ "$out" = "_ZN3c104cuda9SetDeviceEa" ] && grep -q 'FLASHATTN_DEMANGLER=none.*c++filt' "$TMP/err" &&
+    ok || bad "--demangle without a demangler: $out / $(cat "$TMP/err")"
+out=$(FLASHATTN_DEMANGLER=/nonexistent/libstdc++.so.6 "$FA" explain --demangle _Z1fv 2> "$TMP/err")
+[ "$out" = "_Z1fv" ] && grep -q '/nonexistent/libstdc++.so.6' "$TMP/err" && ok ||
+    bad "--demangle with a missing runtime: $out / $(cat "$TMP/err")"
 
 PY=$(command -v python3 || true)
 if [ -n "$PY" ]; then

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_doctor_logclass.c — `flashattn explain`'s log reader and classifier
- * (tools/flashattn/logread.c, logclass.c and demangle.c, compiled into this test):
+ * test_logclass.c — `flashattn explain`'s log reader and classifier
+ * (tools/explain/logread.c, logclass.c and demangle.c, compiled into this test):
  *   - the line reader: \n, \r\n and lone \r endings, ANSI escapes, NUL and control bytes,
  *     the line cap (a long line keeps its head, the rest is skipped without being stored);
  *   - the tiers: a root cause beats generic errors wherever it is, the earliest line wins
@@ -11,11 +11,11 @@
  *   - context: the guessed wheel URL and torch's split CUDA-mismatch message;
  *   - streaming a large log through a small buffer.
  */
-#include "../tools/flashattn/demangle.c"
-#include "../tools/flashattn/logclass.c"
-#include "../tools/flashattn/logread.c"
+#include "../../../tools/elf/demangle.c"
+#include "../../../tools/explain/logclass.c"
+#include "../../../tools/explain/logread.c"
 
-#include "test.h"
+#include "../../test.h"
 
 static int classify_str(const char *log, logc_result *r) {
     return logc_classify_mem(log, strlen(log), 0, r);
@@ -159,11 +159,15 @@ static void test_handlers(void) {
     CASE_BEGIN("undefined symbols: which side has which ABI");
     classify_str("ImportError: x.so: undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationESs\n",
                  &r);
-    CHECK_EQ_STR(r.cls, "cxx11_abi_mismatch");
-    CHECK_EQ_INT(r.ext_abi, 0);
     CHECK_EQ_STR(r.detail, "_ZN3c105ErrorC2ENS_14SourceLocationESs");
-    CHECK_EQ_STR(r.demangled, "c10::Error::Error(c10::SourceLocation, std::basic_string<char, "
-                              "std::char_traits<char>, std::allocator<char> >)");
+    if (dmg_unavailable()) { /* the old std::string is seen only in the demangled name */
+        printf("  no C++ demangler here (%s): the old-ABI case is not checked\n",
+               dmg_unavailable());
+    } else {
+        CHECK_EQ_STR(r.cls, "cxx11_abi_mismatch");
+        CHECK_EQ_INT(r.ext_abi, 0);
+        CHECK_EQ_STR(r.demangled, "c10::Error::Error(c10::SourceLocation, std::string)");
+    }
     classify_str(
         "ImportError: x.so: undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__"
         "cxx1112basic_stringIcSt11char_traitsIcESaIcEEE\n",

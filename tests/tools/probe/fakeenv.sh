@@ -1,7 +1,7 @@
 # fakeenv.sh — sourced by the doctor tests: builds a fake machine under $TMP and runs the
 # `flashattn` command in it with a clean environment.
 #
-#   $TMP/bin             gcc, g++, gcc-N, g++-N (tests/doctor/fake/gcc), python3 (fake/python3)
+#   $TMP/bin             gcc, g++, gcc-N, g++-N (tests/tools/probe/fake/gcc), python3 (fake/python3)
 #   $TMP/cuda            a toolkit: bin/nvcc (fake/nvcc), include/*.h, include/crt/host_config.h
 #   $TMP/libfakecuda.so  the fake driver (fake_driver.c), loaded through FLASHATTN_DOCTOR_LIBCUDA
 #
@@ -10,16 +10,16 @@
 
 fake_setup() { # SRCDIR CC
     mkdir -p "$TMP/bin" "$TMP/cuda/bin" "$TMP/cuda/include/crt" || return 1
-    cp "$1/tests/doctor/fake/nvcc" "$TMP/cuda/bin/nvcc" &&
-        cp "$1/tests/doctor/fake/gcc" "$TMP/bin/gcc" &&
-        cp "$1/tests/doctor/fake/python3" "$TMP/bin/python3" || return 1
+    cp "$1/tests/tools/probe/fake/nvcc" "$TMP/cuda/bin/nvcc" &&
+        cp "$1/tests/tools/probe/fake/gcc" "$TMP/bin/gcc" &&
+        cp "$1/tests/tools/probe/fake/python3" "$TMP/bin/python3" || return 1
     chmod +x "$TMP/cuda/bin/nvcc" "$TMP/bin/gcc" "$TMP/bin/python3"
     ln -s gcc "$TMP/bin/g++"
     for h in cuda_runtime.h cublas_v2.h cusparse.h cusolverDn.h; do
         : > "$TMP/cuda/include/$h"
     done
     fake_host_config 14
-    "$2" -shared -fPIC -o "$TMP/libfakecuda.so" "$1/tests/doctor/fake_driver.c"
+    "$2" -shared -fPIC -o "$TMP/libfakecuda.so" "$1/tests/tools/probe/fake_driver.c"
 }
 
 fake_host_config() { # the newest gcc major the fake nvcc accepts

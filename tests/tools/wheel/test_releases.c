@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_doctor_releases.c — flash-attn release knowledge behind `flashattn wheel` and the doctor
- * (tools/flashattn/releases.c and envutil.c, compiled into this test): setup.py's wheel name for
+ * test_releases.c — flash-attn release knowledge behind `flashattn wheel` and the doctor
+ * (tools/wheel/releases.c and envutil.c, compiled into this test): setup.py's wheel name for
  * each release line (cu118/cu122 before 2.6.1, cu123 until 2.7.0, major only after, cu13 only
  * from 2.8.3.post1; the platform tag hard-coded before 2.5.7), which releases published a wheel
  * for a machine and why not, runtime traps (glibc 2.32, Blackwell before 2.8.0, 2.8.1 fatbins),
  * wheel-name parsing, version comparison, and the build rules (MAX_JOBS, arch lists, gcc).
  */
-#include "../tools/flashattn/envutil.c"
-#include "../tools/flashattn/releases.c"
+#include "../../../tools/probe/envutil.c"
+#include "../../../tools/wheel/releases.c"
 
-#include "test.h"
+#include "../../test.h"
 
 static rel_target target(const char *py, const char *torch, const char *cuda, int abi) {
     rel_target t;

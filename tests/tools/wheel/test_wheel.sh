@@ -209,8 +209,8 @@ EOF
 fi
 
 # ---- the machine probed: a fake one ----
-FAKE_PY_DIR=$SRC/tests/doctor/py
-. "$SRC/tests/doctor/fakeenv.sh"
+FAKE_PY_DIR=$SRC/tests/tools/probe/py
+. "$SRC/tests/tools/probe/fakeenv.sh"
 fake_setup "$SRC" "$CC" || { echo "cannot build the fake environment"; exit 1; }
 scenario=probed
 fake_run "$FA" wheel > "$TMP/probed.out"
@@ -244,7 +244,7 @@ fake_host_config 12
 ln -s gcc "$TMP/bin/gcc-12"
 ln -s gcc "$TMP/bin/g++-12"
 script build-gcc FAKE_GCC_VERSION=14.2.0 FAKE_NVCC_RELEASE=12.1 FLASHATTN_DOCTOR_MEM_GB=22.5 FLASHATTN_DOCTOR_NCPU=2 \
-    FAKE_CUDA_GPUS="NVIDIA A10:8.6:24;NVIDIA A100:8.0:80" FAKE_PY_OUT="$SRC/tests/doctor/py/cpu_torch.txt"
+    FAKE_CUDA_GPUS="NVIDIA A10:8.6:24;NVIDIA A100:8.0:80" FAKE_PY_OUT="$SRC/tests/tools/probe/py/cpu_torch.txt"
 has 'export CC=gcc-12 CXX=g++-12'
 has 'export MAX_JOBS=1 NVCC_THREADS=2'
 has 'export TORCH_CUDA_ARCH_LIST="8.0;8.6"'
@@ -252,7 +252,7 @@ has 'export FLASH_ATTN_CUDA_ARCHS="80"'
 has 'unset FLASH_ATTENTION_FORCE_CXX11_ABI'
 fake_host_config 14
 
-script build-nogpu FLASHATTN_DOCTOR_LIBCUDA=none FAKE_PY_OUT="$SRC/tests/doctor/py/no_torch.txt"
+script build-nogpu FLASHATTN_DOCTOR_LIBCUDA=none FAKE_PY_OUT="$SRC/tests/tools/probe/py/no_torch.txt"
 has 'GPUs: none visible'
 has 'torch: NOT INSTALLED'
 has 'export TORCH_CUDA_ARCH_LIST="8.0;9.0"'
