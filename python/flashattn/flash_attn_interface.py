@@ -14,7 +14,7 @@ plug-in on torch's current stream and returns tensors on that device. On CUDA te
 and flash_attn_with_kvcache raise the library's FA_ERR_UNSUPPORTED (they run on the CPU only);
 `flashattn.cuda_available()` says whether the GPU path can run here.
 
-Differences from flash-attn (README "Python", docs/semantics.md): fp32 is accepted; any head dim
+Differences from flash-attn (docs/python.md, docs/semantics.md): fp32 is accepted; any head dim
 1..256 without padding; softmax_lse is -inf (not +inf) on rows with no visible key; windows are
 taken literally (no rewriting of values >= seqlen_k); S_dmask is (B, H, Sq, Sk), not rounded up
 to multiples of 128, and holds the exact probabilities; the backward is always deterministic;

@@ -28,7 +28,7 @@ static void info_usage(FILE *f) {
                "variables are set.\n");
 }
 
-/* The environment variables the library reads (README, "Environment variables"). */
+/* The environment variables the library reads (docs/building.md, "Environment variables"). */
 static const char *const k_env_vars[] = {"FA_NUM_THREADS", "FA_CPU_ISA", "FA_SPIN_US",
                                          "FA_CUDA_PLUGIN", "FA_CUDA_TILE_D128"};
 
