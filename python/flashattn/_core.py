@@ -33,9 +33,24 @@ if _NP_BF16 is not None:
     _NP_DTYPES[_NP_BF16] = _lib.DTYPE_BF16
 
 
+# The index arguments: int32, as flash-attn takes them (the rest are float tensors).
+INT_ARGS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "cache_batch_idx",
+                      "cache_leftpad", "block_table"})
+
+
+def wanted_dtypes(bk, name, wanted):
+    """What view() names as accepted for `name`: `wanted` if given, else int32 for an index
+    argument and the backend's float dtypes for the rest."""
+    return wanted or (bk.int_types if name in INT_ARGS else bk.float_types)
+
+
 def _dtype_error(name, dtype, wanted):
     hint = ""
-    if str(dtype) in ("float64", "torch.float64"):
+    if name in INT_ARGS and str(dtype) == "torch.int64":
+        hint = f" (flash-attn takes int32 too: {name}.to(torch.int32))"
+    elif name in INT_ARGS and str(dtype) == "int64":
+        hint = f" (flash-attn takes int32 too: {name}.astype(np.int32))"
+    elif name not in INT_ARGS and str(dtype) in ("float64", "torch.float64"):
         hint = " (flashattn computes in fp32, fp16 or bf16: cast to float32 first)"
     elif str(dtype) == "bfloat16":
         hint = " (NumPy bf16 arrays need the ml_dtypes package)"
@@ -56,6 +71,7 @@ class NumpyBackend:
 
     name = "numpy"
     float_types = "float32, float16" + (", bfloat16 (ml_dtypes)" if _NP_BF16 is not None else "")
+    int_types = "int32"
 
     @staticmethod
     def is_array(x):
@@ -75,7 +91,7 @@ class NumpyBackend:
             raise FlashAttnTypeError(f"{name}: expected a numpy.ndarray; got {type(x).__name__}")
         code = _NP_DTYPES.get(x.dtype)
         if code is None:
-            raise _dtype_error(name, x.dtype, wanted or NumpyBackend.float_types)
+            raise _dtype_error(name, x.dtype, wanted_dtypes(NumpyBackend, name, wanted))
         if x.ndim > _lib.MAX_DIMS:
             raise FlashAttnValueError(f"{name}: {x.ndim} dimensions; at most {_lib.MAX_DIMS}")
         if output and not x.flags.writeable:

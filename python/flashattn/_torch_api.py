@@ -41,6 +41,7 @@ class TorchBackend:
 
     name = "torch"
     float_types = "torch.float32, torch.float16, torch.bfloat16"
+    int_types = "torch.int32"
 
     @staticmethod
     def direct_output(x):
@@ -52,7 +53,7 @@ class TorchBackend:
             raise FlashAttnTypeError(f"{name}: expected a torch.Tensor; got {type(x).__name__}")
         code = _TORCH_DTYPES.get(x.dtype)
         if code is None:
-            raise _core._dtype_error(name, x.dtype, wanted or TorchBackend.float_types)
+            raise _core._dtype_error(name, x.dtype, _core.wanted_dtypes(TorchBackend, name, wanted))
         if x.dim() > _lib.MAX_DIMS:
             raise FlashAttnValueError(f"{name}: {x.dim()} dimensions; at most {_lib.MAX_DIMS}")
         if x.is_cpu:  # (x.device.type costs more than the rest of the checks)

@@ -98,8 +98,13 @@ def test_varlen_errors():
     rng = np.random.default_rng(0)
     q = rng.standard_normal((10, 2, 8)).astype(np.float32)
     cu = np.array([0, 4, 10], np.int32)
-    with pytest.raises(TypeError, match="cu_seqlens_q: dtype int64"):
+    # an index argument names int32 (not the float dtypes) and the cast
+    with pytest.raises(TypeError, match=r"cu_seqlens_q: dtype int64 is not supported; expected "
+                                        r"int32 \(.*cu_seqlens_q\.astype\(np\.int32\)"):
         flash_attn_varlen_func(q, q, q, cu.astype(np.int64), cu, 6, 6)
+    with pytest.raises(TypeError, match="cu_seqlens_k: dtype float64 is not supported; expected "
+                                        "int32$"):
+        flash_attn_varlen_func(q, q, q, cu, cu.astype(np.float64), 6, 6)
     with pytest.raises(ValueError, match="FA_ERR_VALUE.*cu_seqlens_q decreases"):
         flash_attn_varlen_func(q, q, q, np.array([0, 6, 4], np.int32), cu, 6, 6)
     with pytest.raises(ValueError, match="FA_ERR_VALUE.*beyond"):
