@@ -86,7 +86,8 @@ def test_wheel_contents_and_shared_library_dependencies(tmp_path):
         sos = [n for n in names if re.search(r"\.so(\.|$)", n)]
         assert sos == ["flashattn/libflashattn.so"], sos
         for n in ("flashattn/__init__.py", "flashattn/__main__.py", "flashattn/_lib.py",
-                  "flashattn/_torch_api.py", "flashattn/reference.py"):
+                  "flashattn/_torch_api.py", "flashattn/reference.py",
+                  "flashattn/bert_padding.py"):
             assert n in names
         assert not [n for n in names if n.startswith(("lib/", "include/", "bin/"))]
         z.extract(sos[0], tmp_path)
