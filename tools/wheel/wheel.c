@@ -343,8 +343,8 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
     printf("  - build from source here: flashattn wheel --build-script > build.sh && sh "
            "build.sh\n");
     printf("  - use flashattn (this project): flash_attn_func over ctypes, one py3-none wheel "
-           "for every Python and torch, nothing to compile against them (CPU today; the CUDA "
-           "plug-in is planned)\n");
+           "for every Python and torch, nothing to compile against them (every feature on the "
+           "CPU; on NVIDIA GPUs the forward through its CUDA plug-in, not yet run on a GPU)\n");
     return 1;
 }
 

@@ -72,6 +72,8 @@ exit_is 1
 has "no known flash-attn release has a wheel for it"
 has "install torch 2.8"
 has "--build-script"
+has "on NVIDIA GPUs the forward through its CUDA plug-in, not yet run on a GPU"
+grep -q "planned" "$out" && bad "calls the CUDA plug-in planned" || ok
 
 wheel ubuntu2004 --python 3.10 --torch 2.6 --cuda 12.4 --abi FALSE --glibc 2.31 --cc 8.0
 exit_is 0
