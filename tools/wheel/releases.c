@@ -21,7 +21,11 @@
 
 #include "../probe/verutil.h"
 
+/* Read from .github/workflows/publish.yml at each tag of Dao-AILab/flash-attention, newest
+ * first; checked on rel_checked's day up to v2.8.3.post1 (June 2026, the newest tag then), whose
+ * matrix is 2.8.3's: only setup.py's wheel name for CUDA 13 torches changed. */
 const rel_info rel_releases[] = {
+    {"2.8.3.post1", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1},
     {"2.8.3", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1},
     {"2.8.2", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1},
     {"2.8.1", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1},
@@ -37,6 +41,7 @@ const rel_info rel_releases[] = {
     {"2.5.0", 7, 11, "1.12 1.13 2.0 2.1 2.2", "11.8 12.2", "2.31", 0},
 };
 const size_t rel_nreleases = sizeof rel_releases / sizeof rel_releases[0];
+const char rel_checked[] = "2026-12-07";
 
 const char *rel_latest(void) { return rel_releases[0].version; }
 

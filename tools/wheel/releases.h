@@ -123,4 +123,8 @@ int rel_nvcc_min_for_cc(int cc_major, int cc_minor);
 /* The newest release this tool knows. */
 const char *rel_latest(void);
 
+/* The day rel_releases was last checked against flash-attn's tags ("YYYY-MM-DD"): a release
+ * made after it is missing from the table, and `flashattn wheel` says so. */
+extern const char rel_checked[];
+
 #endif /* FA_TOOLS_RELEASES_H */

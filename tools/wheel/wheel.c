@@ -187,6 +187,7 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
             if (o->json) {
                 printf("{\"flash_attn\": ");
                 json_string(stdout, o->fa_version);
+                printf(", \"release_table_checked\": \"%s\"", rel_checked);
                 printf(", \"known_release\": true, \"exists\": %s, \"wheel\": ",
                        has ? "true" : "false");
                 json_string(stdout, has ? wheel : NULL);
@@ -228,6 +229,7 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         if (o->json) {
             printf("{\"flash_attn\": ");
             json_string(stdout, o->fa_version);
+            printf(", \"release_table_checked\": \"%s\"", rel_checked);
             printf(", \"known_release\": false, \"exists\": null, \"wheel\": ");
             json_string(stdout, wheel);
             printf(", \"url\": ");
@@ -284,6 +286,7 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         if (o->json) {
             printf("{\"flash_attn\": ");
             json_string(stdout, c.rel->version);
+            printf(", \"release_table_checked\": \"%s\"", rel_checked);
             printf(", \"known_release\": true, \"exists\": true, \"wheel\": ");
             json_string(stdout, c.wheel);
             printf(", \"url\": ");
@@ -299,6 +302,8 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         printf("flash-attn %s%s:\n  %s\n  %s\n", c.rel->version,
                latest ? " (the newest release)" : " (the newest release with a wheel that fits)",
                c.wheel, c.url);
+        printf("(flashattn's release table was checked on %s; a newer release is not in it)\n",
+               rel_checked);
         if (!latest) {
             rel_has_wheel(&rel_releases[0], t, why, sizeof why);
             if (why[0])

@@ -30,7 +30,12 @@ U=https://github.com/Dao-AILab/flash-attention/releases/download
 
 wheel latest --python 3.12 --torch 2.8.0 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
 exit_is 0
-has "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+has "flash-attn 2.8.3.post1 (the newest release)"
+has "$U/v2.8.3.post1/flash_attn-2.8.3.post1+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+has "(flashattn's release table was checked on 2026-12-07; a newer release is not in it)"
+
+wheel v283 --flash-attn 2.8.3 --python 3.12 --torch 2.8.0 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
+exit_is 0
 has "$U/v2.8.3/flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
 
 wheel v263 --flash-attn 2.6.3 --python cp310 --torch 2.4 --cuda 12.1 --abi FALSE --glibc 2.31 --cc 8.0
@@ -58,10 +63,16 @@ wheel v2741-cu11 --flash-attn 2.7.4.post1 --python cp310 --torch 2.4 --cuda 11.8
 exit_is 1
 has "CUDA 11 torch (wheels built with CUDA 12.4)"
 
-wheel unknown-post1 --flash-attn 2.8.3.post1 --python cp312 --torch 2.9 --cuda 13.0 --abi TRUE --glibc 2.35 --cc 9.0
+# 2.8.3.post1 names a CUDA 13 torch's wheel cu13, but its publish.yml built only CUDA 12.9 wheels
+wheel post1-cu13 --flash-attn 2.8.3.post1 --python cp312 --torch 2.9 --cuda 13.0 --abi TRUE --glibc 2.35 --cc 9.0
+exit_is 1
+has "flash-attn 2.8.3.post1 has no wheel for it: torch 2.9 (wheels: 2.4 2.5 2.6 2.7 2.8); CUDA 13 torch (wheels built with CUDA 12.9)"
+has "setup.py would try flash_attn-2.8.3.post1+cu13torch2.9cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+
+wheel unknown-release --flash-attn 2.8.4 --python cp312 --torch 2.9 --cuda 13.0 --abi TRUE --glibc 2.35 --cc 9.0
 exit_is 0
 has "not in flashattn's release table"
-has "flash_attn-2.8.3.post1+cu13torch2.9cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+has "flash_attn-2.8.4+cu13torch2.9cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
 
 wheel cu13-old-rule --flash-attn 2.8.3 --python cp312 --torch 2.9 --cuda 13.0 --abi TRUE --glibc 2.35 --cc 9.0
 exit_is 1
@@ -83,7 +94,7 @@ has "GLIBC_2.32"
 
 wheel blackwell --python 3.12 --torch 2.6 --cuda 12.6 --abi FALSE --glibc 2.35 --cc 12.0
 exit_is 0
-has "flash_attn-2.8.3+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl"
+has "flash_attn-2.8.3.post1+cu12torch2.6cxx11abiFALSE-cp312-cp312-linux_x86_64.whl"
 
 wheel blackwell-old --flash-attn 2.7.4.post1 --python 3.12 --torch 2.6 --cuda 12.6 --abi FALSE --glibc 2.35 --cc 12.0
 exit_is 1
@@ -99,7 +110,8 @@ has "only linux_x86_64 wheels are published"
 
 wheel json --json --python 3.12 --torch 2.8.0 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
 exit_is 0
-has '"wheel": "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"'
+has '"wheel": "flash_attn-2.8.3.post1+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"'
+has '"release_table_checked": "2026-12-07"'
 cp "$out" "$TMP/j1.json"
 wheel json-none --json --python 3.12 --torch 2.9 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
 cp "$out" "$TMP/j2.json"
@@ -218,7 +230,7 @@ scenario=probed
 fake_run "$FA" wheel > "$TMP/probed.out"
 out=$TMP/probed.out
 has "Python cp312, torch 2.8 with CUDA 12.8, C++11 ABI TRUE, x86_64, glibc 2.35, GPU sm_90"
-has "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+has "flash_attn-2.8.3.post1+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
 
 # ---- --build-script ----
 script() { # NAME VAR=value...: writes the script for a fake machine
@@ -239,7 +251,7 @@ has 'export FLASH_ATTENTION_FORCE_CXX11_ABI=TRUE'
 has 'CC/CXX stay unset'
 has 'pip install --no-build-isolation --no-cache-dir -v "flash-attn==$FLASH_ATTN_VERSION"'
 has "pip cache remove 'flash_attn*'"
-has 'FLASH_ATTN_VERSION="${FLASH_ATTN_VERSION:-2.8.3}"'
+has 'FLASH_ATTN_VERSION="${FLASH_ATTN_VERSION:-2.8.3.post1}"'
 has 'flash_attn_func(q, k, v, causal=True)'
 
 fake_host_config 12
@@ -268,13 +280,13 @@ scenario=build-run
 rc=$?
 exit_is 0
 out=$TMP/run.out
-has "building flash-attn 2.8.3: nvcc 12.8, torch CUDA 12.8, MAX_JOBS=6 NVCC_THREADS=4"
-has "flash-attn 2.8.3 works"
+has "building flash-attn 2.8.3.post1: nvcc 12.8, torch CUDA 12.8, MAX_JOBS=6 NVCC_THREADS=4"
+has "flash-attn 2.8.3.post1 works"
 out=$TMP/pip.log
 has "python -m pip install --upgrade packaging ninja psutil wheel setuptools einops"
 has "python -m pip uninstall -y flash-attn flash_attn"
 has "python -m pip cache remove flash_attn*"
-has "python -m pip install --no-build-isolation --no-cache-dir -v flash-attn==2.8.3"
+has "python -m pip install --no-build-isolation --no-cache-dir -v flash-attn==2.8.3.post1"
 has "python - (import check)"
 [ "$(sed -n 3p "$TMP/pip.log")" = "python -m pip cache remove flash_attn*" ] && ok || bad "the order of the steps: $(cat "$TMP/pip.log")"
 
