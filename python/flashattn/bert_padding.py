@@ -37,7 +37,8 @@ def _check_rows(x, name, indices):
         raise FlashAttnValueError(f"{name}: expected at least 2 dimensions (rows, ...); got shape "
                                   f"{tuple(x.shape)}")
     if indices.dim() != 1:
-        raise FlashAttnValueError(f"indices: expected 1 dimension; got shape {tuple(indices.shape)}")
+        raise FlashAttnValueError(f"indices: expected 1 dimension; got shape "
+                                  f"{tuple(indices.shape)}")
 
 
 class _IndexFirstAxis(torch.autograd.Function):
