@@ -241,7 +241,7 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
             continue;
         d = dmg_demangle(s->name, &flags);
         free(d);
-        if ((flags & DMG_FLAG_CXX11) || strstr(s->name, "__cxx11"))
+        if (flags & DMG_FLAG_CXX11)
             rep->n_cxx11++;
         if (flags & DMG_FLAG_OLD_STRING)
             rep->n_oldstr++;
@@ -356,8 +356,7 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
             if (symset_has(&defined, s->name))
                 continue;
             rep->n_missing++;
-            if (!strncmp(s->name, "_Z", 2))
-                d = dmg_demangle(s->name, &flags);
+            d = dmg_demangle(s->name, &flags); /* NULL unless mangled; flags for any name */
             is_torch = d && (!strncmp(d, "c10::", 5) || !strncmp(d, "at::", 4) ||
                              !strncmp(d, "torch::", 7) || !strncmp(d, "caffe2::", 8) ||
                              strstr(d, " c10::") || strstr(d, " at::"));
@@ -366,7 +365,7 @@ void ext_check(const char *path, const char *const *dirs, int ndirs, ext_report 
                 rep->n_missing_torch_unloaded++;
             } else {
                 rep->n_missing_torch += is_torch;
-                if ((flags & DMG_FLAG_CXX11) || strstr(s->name, "__cxx11"))
+                if (flags & DMG_FLAG_CXX11)
                     rep->n_missing_cxx11++;
                 if (flags & DMG_FLAG_OLD_STRING)
                     rep->n_missing_oldstr++;

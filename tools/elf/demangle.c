@@ -12,6 +12,7 @@
 
 #include "demangle.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +68,18 @@ const char *dmg_unavailable(void) { return dmg_lookup() ? NULL : dmg_why; }
 /* s contains `word` followed by a character that cannot continue a C++ name. */
 static int has_word(const char *s, const char *word) {
     const size_t n = strlen(word);
-    for (const char *p = strstr(s, word); p; p = strstr(p + 1, word)) {
-        const char c = p[n];
-        if (!(c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-              (c >= 'A' && c <= 'Z')))
+    for (const char *p = strstr(s, word); p; p = strstr(p + 1, word))
+        if (!isalnum((unsigned char)p[n]) && p[n] != '_')
             return 1;
-    }
+    return 0;
+}
+
+/* The first len bytes of s contain `word`. */
+static int has_bytes(const char *s, size_t len, const char *word) {
+    const size_t n = strlen(word);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!memcmp(s + i, word, n))
+            return 1;
     return 0;
 }
 
@@ -83,14 +90,15 @@ char *dmg_demangle_n(const char *mangled, size_t len, unsigned *flags) {
         *flags = 0;
     if (at)
         len = (size_t)(at - mangled);
+    /* std::__cxx11 is "St7__cxx11", the [abi:cxx11] tag "B5cxx11": read from the name as given,
+     * so it needs no demangler (and holds for any name, mangled or not) */
+    if (flags && (has_bytes(mangled, len, "__cxx11") || has_bytes(mangled, len, "B5cxx11")))
+        *flags |= DMG_FLAG_CXX11;
     if (len < 3 || len > DMG_MAX_NAME || mangled[0] != '_' || mangled[1] != 'Z' ||
         memchr(mangled, 0, len))
         return NULL;
     memcpy(name, mangled, len);
     name[len] = 0;
-    /* std::__cxx11 is "St7__cxx11"; the [abi:cxx11] tag is "B5cxx11" */
-    if (flags && (strstr(name, "St7__cxx11") || strstr(name, "B5cxx11")))
-        *flags |= DMG_FLAG_CXX11;
     const cxa_demangle_fn fn = dmg_lookup();
     if (!fn)
         return NULL;
@@ -104,8 +112,6 @@ char *dmg_demangle_n(const char *mangled, size_t len, unsigned *flags) {
      * always std::__cxx11::basic_string. */
     if (flags && (has_word(d, "std::string") || has_word(d, "std::basic_string")))
         *flags |= DMG_FLAG_OLD_STRING;
-    if (flags && (strstr(d, "std::__cxx11::") || strstr(d, "[abi:cxx11]")))
-        *flags |= DMG_FLAG_CXX11;
     return d;
 }
 

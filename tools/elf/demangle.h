@@ -22,8 +22,9 @@
 /* Demangles `mangled` (which must start with "_Z"; a trailing "@VERSION" is ignored). Returns a
  * malloc'd string the caller frees, or NULL when the name is not a valid mangled C++ name, is
  * longer than 4096 bytes, or no demangler could be loaded. *flags (if not NULL) receives the
- * DMG_FLAG_* bits: DMG_FLAG_CXX11 is read from the mangled name itself, so it is set even
- * without a demangler; DMG_FLAG_OLD_STRING needs the demangled name. Not thread-safe on the
+ * DMG_FLAG_* bits: DMG_FLAG_CXX11 is read from the name itself ("__cxx11" or "B5cxx11" in it),
+ * so it is set for any name and without a demangler; DMG_FLAG_OLD_STRING needs the demangled
+ * name. Not thread-safe on the
  * first call (it loads the runtime). */
 char *dmg_demangle(const char *mangled, unsigned *flags);
 

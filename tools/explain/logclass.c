@@ -443,7 +443,7 @@ static void handle_undef(const char *line, logc_hit *h) {
         copy_str(h->demangled, sizeof h->demangled, dem, strlen(dem));
         free(dem);
     }
-    if ((flags & DMG_FLAG_CXX11) || strstr(sym, "__cxx11") || strstr(sym, "B5cxx11")) {
+    if (flags & DMG_FLAG_CXX11) {
         h->cls = "cxx11_abi_mismatch";
         h->ext_abi = 1;
     } else if (flags & DMG_FLAG_OLD_STRING) {
