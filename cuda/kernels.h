@@ -11,6 +11,7 @@
 #ifndef FA_CUDA_KERNELS_H
 #define FA_CUDA_KERNELS_H
 
+#include "bwd_row.h"
 #include "problem.h"
 
 #include <cuda_runtime.h>
@@ -45,6 +46,26 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
  * "128x32" gives 32, "128x64" 64, NULL or "" the default (64 on sm_90 and later, 32 before),
  * anything else 0. */
 int fa__mma_d128_block_n(const char *tile, int sm);
+
+/* ---- backward ---- */
+
+/* The backward's per-row inputs (fa__bwd_rows_in) are described in bwd_row.h. */
+
+/* bwd_simple.cu: delta and lse2 of every row inside a sequence; one thread per (head, row). */
+cudaError_t fa__bwd_prepare(const fa__problem *p, const fa__bwd_rows_in *rows,
+                            const int32_t *cu_q_dev, cudaStream_t stream);
+
+/* bwd_simple.cu, the stage-1 backward (any D <= 256, fp32/fp16/bf16, every feature): dq of
+ * every query row and dk, dv of every key row inside a sequence, from rows (fa__bwd_prepare).
+ * dk and dv of a KV head sum over the query heads that share it, in head order; no atomics, so
+ * the result does not depend on the launch. */
+cudaError_t fa__simple_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
+                                const int32_t *cu_q_dev, const int32_t *cu_k_dev,
+                                cudaStream_t stream);
+
+/* Varlen (bwd_simple.cu): dq = 0 on the query rows and dk = dv = 0 on the key rows outside
+ * every sequence, which neither backward writes. No-op for fixed length. */
+cudaError_t fa__bwd_clear_outside(const fa__problem *p, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

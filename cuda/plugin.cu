@@ -2,7 +2,7 @@
 /*
  * plugin.cu — libflashattn_cuda.so's one exported function, fa_cuda_plugin_entry, and the
  * fa__plugin_api table it returns (src/plugin_abi.h): device queries, device memory and copies
- * for C users without the CUDA toolkit, and the forward and dropout-mask launches.
+ * for C users without the CUDA toolkit, and the forward, backward and dropout-mask launches.
  *
  * The core has validated every argument. Each call makes its device current and restores the
  * caller's current device before returning; work is enqueued on the caller's stream. A failed
@@ -57,10 +57,10 @@ static fa_ctx_api ctx_api_lookup(void) {
     void *get = NULL, *set = NULL;
     cudaDriverEntryPointQueryResult qg, qs;
 #if CUDART_VERSION >= 12050 /* the versioned lookup; the unversioned one is deprecated in 13 */
-    const cudaError_t eg = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000,
-                                                            cudaEnableDefault, &qg);
-    const cudaError_t es = cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000,
-                                                            cudaEnableDefault, &qs);
+    const cudaError_t eg =
+        cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &qg);
+    const cudaError_t es =
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &qs);
 #else
     const cudaError_t eg = cudaGetDriverEntryPoint("cuCtxGetCurrent", &get, cudaEnableDefault, &qg);
     const cudaError_t es = cudaGetDriverEntryPoint("cuCtxSetCurrent", &set, cudaEnableDefault, &qs);
@@ -199,6 +199,65 @@ static int plugin_copy(void *dst, const void *src, size_t bytes, int kind, int d
     return st;
 }
 
+/* Device memory ordered on a stream: stream-ordered allocation where the device has memory
+ * pools, else cudaMalloc, whose cudaFree waits for the device. */
+typedef struct fa_stream_mem {
+    int pools;
+    cudaStream_t stream;
+} fa_stream_mem;
+
+static fa_stream_mem stream_mem(int device, cudaStream_t stream) {
+    fa_stream_mem m = {0, stream};
+    if (cudaDeviceGetAttribute(&m.pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess)
+        m.pools = 0;
+    (void)cudaGetLastError();
+    return m;
+}
+
+static cudaError_t mem_alloc(const fa_stream_mem *m, void **ptr, size_t bytes) {
+    return m->pools ? cudaMallocAsync(ptr, bytes, m->stream) : cudaMalloc(ptr, bytes);
+}
+
+static cudaError_t mem_free(const fa_stream_mem *m, void *ptr) {
+    return !ptr ? cudaSuccess : m->pools ? cudaFreeAsync(ptr, m->stream) : cudaFree(ptr);
+}
+
+/* Varlen: a device copy of the host offsets cu_q and cu_k in *cu_dev ([2, B + 1], cu_q then
+ * cu_k), freed with mem_free; fixed length: *cu_dev = NULL. From pageable memory the copies
+ * return once the host arrays are read, so they may be reused as soon as the call returns
+ * (plugin_abi.h). */
+static int upload_cu(const fa__problem *p, const fa_stream_mem *m, int device, int32_t **cu_dev,
+                     char *msg, size_t cap) {
+    *cu_dev = NULL;
+    if (!p->cu_q)
+        return FA_OK;
+    const size_t ncu = (size_t)(p->B + 1), cu_bytes = ncu * sizeof(int32_t);
+    int32_t *cu = NULL;
+    cudaError_t e = mem_alloc(m, (void **)&cu, 2 * cu_bytes);
+    if (e != cudaSuccess)
+        return fail(e, msg, cap, "allocating %zu bytes (cu_seqlens) on device %d", 2 * cu_bytes,
+                    device);
+    e = cudaMemcpyAsync(cu, p->cu_q, cu_bytes, cudaMemcpyHostToDevice, m->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(cu + ncu, p->cu_k, cu_bytes, cudaMemcpyHostToDevice, m->stream);
+    if (e != cudaSuccess) {
+        const int st = fail(e, msg, cap, "cudaMemcpyAsync of cu_seqlens to device %d", device);
+        (void)mem_free(m, cu);
+        return st;
+    }
+    *cu_dev = cu;
+    return FA_OK;
+}
+
+/* Frees mem (when not NULL) and returns st, or the free's error when st is FA_OK. */
+static int free_after(const fa_stream_mem *m, void *mem, int st, int device, const char *what,
+                      char *msg, size_t cap) {
+    const cudaError_t e = mem_free(m, mem);
+    if (e != cudaSuccess && st == FA_OK)
+        return fail(e, msg, cap, "freeing %s on device %d", what, device);
+    return st;
+}
+
 /* The forward on the current device (compute capability sm): clears the varlen rows outside
  * every sequence, uploads cu_q/cu_k (varlen) and runs the stage-2 kernel where it applies, else
  * stage 1. */
@@ -207,48 +266,59 @@ static int run_forward(const fa__problem *p, int device, int sm, int d128_block_
     cudaError_t e = fa__clear_outside(p, stream);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "clear_outside_kernel launch on device %d", device);
-    const int varlen = p->cu_q != NULL;
-    if (varlen ? p->cu_q[p->B] == p->cu_q[0] : p->B * p->Sq == 0)
-        return FA_OK; /* no rows */
-
-    int32_t *cu_dev = NULL; // cu_dev: [2, B + 1], cu_q then cu_k
-    const size_t ncu = (size_t)(p->B + 1), cu_bytes = ncu * sizeof(int32_t);
-    /* Stream-ordered allocation where the device has memory pools; else cudaMalloc, whose
-     * cudaFree waits for the device. */
-    int pools = 0;
-    if (varlen && cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) !=
-                      cudaSuccess)
-        pools = 0;
-    (void)cudaGetLastError();
-    if (varlen) {
-        /* From pageable memory the copies return once the host arrays are read, so they may be
-         * reused as soon as this call returns (plugin_abi.h). */
-        e = pools ? cudaMallocAsync((void **)&cu_dev, 2 * cu_bytes, stream)
-                  : cudaMalloc((void **)&cu_dev, 2 * cu_bytes);
-        if (e != cudaSuccess)
-            return fail(e, msg, cap, "allocating %zu bytes (cu_seqlens) on device %d",
-                        2 * cu_bytes, device);
-        e = cudaMemcpyAsync(cu_dev, p->cu_q, cu_bytes, cudaMemcpyHostToDevice, stream);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(cu_dev + ncu, p->cu_k, cu_bytes, cudaMemcpyHostToDevice, stream);
-        if (e != cudaSuccess) {
-            const int st = fail(e, msg, cap, "cudaMemcpyAsync of cu_seqlens to device %d", device);
-            (void)(pools ? cudaFreeAsync(cu_dev, stream) : cudaFree(cu_dev));
-            return st;
-        }
-    }
-    const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + ncu : NULL;
+    if (fa__fwd_rows(p) == 0)
+        return FA_OK;
+    const fa_stream_mem m = stream_mem(device, stream);
+    int32_t *cu_dev; // cu_dev: [2, B + 1], cu_q then cu_k
+    int st = upload_cu(p, &m, device, &cu_dev, msg, cap);
+    if (st != FA_OK)
+        return st;
+    const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + p->B + 1 : NULL;
     const int mma = fa__mma_supported(p, sm);
     e = mma ? fa__mma_forward(p, d128_block_n, cu_q_dev, cu_k_dev, stream)
             : fa__simple_forward(p, cu_q_dev, cu_k_dev, stream);
-    int st = FA_OK;
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)",
                   mma ? "fa__mma_forward" : "fa__simple_forward", device, sm);
-    if (cu_dev && (e = pools ? cudaFreeAsync(cu_dev, stream) : cudaFree(cu_dev)) != cudaSuccess &&
-        st == FA_OK)
-        st = fail(e, msg, cap, "freeing cu_seqlens on device %d", device);
-    return st;
+    return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
+}
+
+/* The backward on the current device: zeroes the varlen rows outside every sequence, then Δ
+ * and lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and dv. */
+static int run_backward(const fa__problem *p, int device, cudaStream_t stream, char *msg,
+                        size_t cap) {
+    cudaError_t e = fa__bwd_clear_outside(p, stream);
+    if (e != cudaSuccess)
+        return fail(e, msg, cap, "bwd_clear_kernel launch on device %d", device);
+    if (fa__fwd_rows(p) == 0 && fa__bwd_key_rows(p) == 0)
+        return FA_OK;
+    const fa_stream_mem m = stream_mem(device, stream);
+    int32_t *cu_dev; // cu_dev: [2, B + 1], cu_q then cu_k
+    int st = upload_cu(p, &m, device, &cu_dev, msg, cap);
+    if (st != FA_OK)
+        return st;
+    const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + p->B + 1 : NULL;
+    fa__bwd_rows_in rows = {NULL, NULL, fa__bwd_rows(p)};
+    const size_t bytes = 2 * (size_t)(p->H * rows.R) * sizeof(float) + 1;
+    void *scratch = NULL;
+    e = mem_alloc(&m, &scratch, bytes);
+    if (e != cudaSuccess) {
+        st = fail(e, msg, cap, "allocating %zu bytes (backward scratch: delta, lse) on device %d",
+                  bytes, device);
+        return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
+    }
+    rows.delta = (float *)scratch;
+    rows.lse2 = rows.delta + p->H * rows.R;
+    const char *what = "fa__bwd_prepare";
+    e = fa__bwd_prepare(p, &rows, cu_q_dev, stream);
+    if (e == cudaSuccess) {
+        what = "fa__simple_backward";
+        e = fa__simple_backward(p, &rows, cu_q_dev, cu_k_dev, stream);
+    }
+    if (e != cudaSuccess)
+        st = fail(e, msg, cap, "%s kernel launch on device %d", what, device);
+    st = free_after(&m, scratch, st, device, "backward scratch", msg, cap);
+    return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
 }
 
 static int plugin_forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
@@ -278,6 +348,16 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
     else
         st = run_forward(p, device, sm, fa__mma_d128_block_n(tile, sm), (cudaStream_t)stream, msg,
                          cap);
+    leave_device(device, &prev);
+    return st;
+}
+
+static int plugin_backward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
+    if (st != FA_OK)
+        return st;
+    st = run_backward(p, device, (cudaStream_t)stream, msg, cap);
     leave_device(device, &prev);
     return st;
 }
@@ -315,6 +395,7 @@ static const fa__plugin_api plugin_api = {
     plugin_copy,
     plugin_forward,
     plugin_dropout_mask,
+    plugin_backward,
 };
 
 extern "C" __attribute__((visibility("default"))) const fa__plugin_api *

@@ -257,10 +257,6 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         return st;
     *api = NULL;
     if (c->q->device == FA_DEVICE_CUDA) {
-        if (c->backward)
-            return fa__error(FA_ERR_UNSUPPORTED, "q: is on CUDA device %d; the CUDA plug-in runs "
-                             "the forward only (no backward yet): run the backward on CPU tensors",
-                             c->q->device_index);
         if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
     }
     if ((*none = nothing_to_write(c))) return FA_OK;
@@ -315,8 +311,9 @@ static fa_status run(fa_context *ctx, const fa_params *params, const call *c) {
     fa_status st = prepare(params, c, &p, &cu, &api, &none);
     if (st == FA_OK && !none && api) {
         char msg[512] = "";
-        st = fa__plugin_status(api->forward(&p, c->q->device_index, fa__params_stream(params), msg,
-                                            sizeof msg),
+        st = fa__plugin_status((c->backward ? api->backward : api->forward)(
+                                   &p, c->q->device_index, fa__params_stream(params), msg,
+                                   sizeof msg),
                                msg);
     } else if (st == FA_OK && !none) {
         st = fa__call_begin(&ctx, params);

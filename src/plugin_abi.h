@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 1u
+#define FA__PLUGIN_ABI_VERSION 2u /* 2: backward */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"
@@ -57,6 +57,11 @@ typedef struct fa__plugin_api {
     /* fa_dropout_mask: p holds B, H, Sq, Sk and the dropout fields; the mask is p->out with dtype
      * U8 and element (b, h, i, j) at data + b*sb + h*sh + i*ss + j*sd. */
     int (*dropout_mask)(const fa__problem *p, int device, void *stream, char *msg, size_t cap);
+
+    /* fa_backward / fa_varlen_backward: dq, dk and dv written (varlen rows outside every
+     * sequence: 0) from q, k, v, out, dout and the forward's lse, every feature of the forward;
+     * deterministic (the same bits on every run). Errors as forward. */
+    int (*backward)(const fa__problem *p, int device, void *stream, char *msg, size_t cap);
 } fa__plugin_api;
 
 /* The plug-in's one exported function: its table if it speaks abi_version, else NULL. */

@@ -25,7 +25,8 @@
  *     whose kernels use bf16 dot products (fa_build_info() says "+ avx512_bf16", or "in use:
  *     refbf16", their portable form) rounds Pd and dS to bf16 before the dV, dK and dQ products,
  *     as flash-attn does: each term of those sums then moves by at most 2^-8 of its size, so
- *     2^-8·bnd_i is added (the bound's terms are |Pd|·|dO| for dv and |dS|·|q|, |dS|·|k| for
+ *     2^-8·bnd_i is added (on CUDA, whose tensor-core kernels round them for fp16 and bf16: 2^-8
+ *     or 2^-11·bnd_i) (the bound's terms are |Pd|·|dO| for dv and |dS|·|q|, |dS|·|k| for
  *     dk, dq).
  *  2. Against ref = ref_attention_backward (exact gradient of q, k, v, dout):
  *     fp32, every element: |got_i − ref_i| <= 1e-5·R + 4·u·bnd_i.
@@ -90,6 +91,11 @@ typedef struct bcfg {
     /* a rerun of a checked case whose result the caller compares bitwise with the checked one:
      * the fp64 references are skipped (they would repeat the first run's checks) */
     int repeat;
+    /* a CUDA case: the forward and the backward run on device copies of every tensor and of the
+     * ALiBi slopes on CUDA device cuda_dev (fa_device_*), and the results come back to the host
+     * for the same checks */
+    int cuda;
+    int32_t cuda_dev;
 } bcfg;
 
 static inline bcfg bc_cfg(int64_t B, int64_t Sq, int64_t Sk, int64_t H, int64_t Hk, int64_t D) {
@@ -142,11 +148,13 @@ static inline int bc_bf16_products(void) {
 }
 
 /* The dtype's half-ulp at |x| plus the fp32 computation's own error allowance, for elements
- * compared with the exact gradient of the library's actual inputs (plus, for bf16 products,
- * rounding Pd and dS to bf16: 2^-8 of each term). */
-static inline double bc_given_tol(int dtype, double got, double want, double R, double bnd) {
+ * compared with the exact gradient of the library's actual inputs (plus, where Pd and dS are
+ * rounded to the dtype as products' operands, rounded != 0: 2^-8 of each term for bf16, 2^-11
+ * for fp16). */
+static inline double bc_given_tol(int dtype, double got, double want, double R, double bnd,
+                                  int rounded) {
     const double m = fabs(got) > fabs(want) ? fabs(got) : fabs(want);
-    const double pds = dtype == FA_DTYPE_BF16 && bc_bf16_products() ? 0x1.0p-8 : 0.0;
+    const double pds = !rounded ? 0.0 : dtype == FA_DTYPE_BF16 ? 0x1.0p-8 : 0x1.0p-11;
     return 0.5 * tu_ulp(dtype, m == 0.0 ? 0x1.0p-1000 : m) + 1e-5 * R +
            (BC_F32_BOUND_ULPS * 0x1.0p-24 + pds) * bnd;
 }
@@ -157,7 +165,7 @@ static inline double bc_given_tol(int dtype, double got, double want, double R, 
  *          forward stored (ref_attention_backward_given_out),
  *   naive: the naive low-precision gradient (fp16/bf16 only),
  *   operands: given's gradient with dS and Pd rounded as the products' operands (bf16 on bf16
- *          dot products only, else NULL: ref_attention_backward_given_out_operands),
+ *          dot products, fp16/bf16 on CUDA; else NULL: ref_attention_backward_given_out_operands),
  *   bnd: the per-element bound.
  * zero_row[r] set means row r must be exactly 0. Returns 1 on pass. */
 static inline int bc_check_grad(int which, int dtype, int64_t n, int64_t D, const double *got,
@@ -216,7 +224,8 @@ static inline int bc_check_grad(int which, int dtype, int64_t n, int64_t D, cons
     for (int64_t i = 0; i < n; i++) {
         if (!isfinite(got[i]))
             continue;
-        if (!(fabs(got[i] - given[i]) <= bc_given_tol(dtype, got[i], given[i], Rg, bnd[i]))) {
+        if (!(fabs(got[i] - given[i]) <=
+              bc_given_tol(dtype, got[i], given[i], Rg, bnd[i], operands != NULL))) {
             if (first_bad < 0)
                 first_bad = i;
             bad++;
@@ -346,9 +355,54 @@ static inline int bc_unchanged(const tu_tensor *x, const void *snap) {
 }
 
 /* Results of a case for callers that want them (determinism checks); may be NULL. */
+/* CUDA cases: a device copy of x's whole buffer (gaps included, so a kernel reading outside
+ * the view reads the host's 0xFF bytes, and one writing there is seen) becomes x's view. A
+ * failed device call ends the program: every later check would be meaningless. */
+static inline void bc_device_fatal(const char *what, fa_status st) {
+    printf("FATAL: %s: %s: %s\n", what, fa_status_name(st), fa_last_error_message());
+    fflush(stdout);
+    exit(1);
+}
+
+static inline size_t bc_buf_bytes(const tu_tensor *x) {
+    return (size_t)(x->nbuf > 0 ? x->nbuf : 1) * tu_dtype_size(x->t.dtype);
+}
+
+static inline void bc_upload(tu_tensor *x, int32_t dev) {
+    void *d = NULL;
+    fa_status st = fa_device_alloc(FA_DEVICE_CUDA, dev, bc_buf_bytes(x), &d);
+    if (st == FA_OK)
+        st = fa_device_copy(d, FA_DEVICE_CUDA, x->buf, FA_DEVICE_CPU, dev, bc_buf_bytes(x));
+    if (st != FA_OK)
+        bc_device_fatal("copying a test tensor to the device", st);
+    x->t.data = d;
+    x->t.device = FA_DEVICE_CUDA;
+    x->t.device_index = dev;
+}
+
+/* The device bytes of an uploaded x into its host buffer (x stays on the device). */
+static inline void bc_fetch(const tu_tensor *x) {
+    const fa_status st = fa_device_copy(x->buf, FA_DEVICE_CPU, x->t.data, FA_DEVICE_CUDA,
+                                        x->t.device_index, bc_buf_bytes(x));
+    if (st != FA_OK)
+        bc_device_fatal("copying a test tensor back from the device", st);
+}
+
+/* bc_fetch, then the device copy freed and x's view on its host buffer again. */
+static inline void bc_download(tu_tensor *x) {
+    bc_fetch(x);
+    const fa_status st = fa_device_free(FA_DEVICE_CUDA, x->t.device_index, x->t.data);
+    if (st != FA_OK)
+        bc_device_fatal("fa_device_free", st);
+    x->t.data = x->buf;
+    x->t.device = FA_DEVICE_CPU;
+    x->t.device_index = 0;
+}
+
 typedef struct bc_result {
     double *out, *lse, *dq, *dk, *dv; /* logical order, malloc'd; the caller frees */
     int64_t nq, nk, nl;
+    double bnd_max[3]; /* dq, dk, dv: max of ref_attention_backward_bound (0 for a repeat) */
 } bc_result;
 
 static inline void bc_result_free(bc_result *r) {
@@ -479,6 +533,19 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
     /* forward, as a user would, then the backward from its out and lse */
     void *snap_q = bc_snapshot(&q), *snap_k = bc_snapshot(&k), *snap_v = bc_snapshot(&v);
     void *snap_do = bc_snapshot(&dout);
+    tu_tensor *const all[9] = {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv};
+    tu_tensor tslopes = {.nbuf = 0}; /* CUDA cases: the slopes as a tensor, for bc_upload */
+    if (c->cuda) {
+        for (int t = 0; t < 9; t++)
+            bc_upload(all[t], c->cuda_dev);
+        if (c->alibi) {
+            tslopes.t = params.alibi_slopes;
+            tslopes.buf = slopes;
+            tslopes.nbuf = tslopes.numel = c->alibi == 2 ? B * H : H;
+            bc_upload(&tslopes, c->cuda_dev);
+            params.alibi_slopes = tslopes.t;
+        }
+    }
     fa_status st;
     if (varlen)
         st = fa_varlen_forward(c->ctx, &params, &q.t, &k.t, &v.t, &tcuq, &tcuk, maxq + c->extra_max,
@@ -487,6 +554,10 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
         st = fa_forward(c->ctx, &params, &q.t, &k.t, &v.t, &out.t, &lse.t);
     CHECK_MSG(st == FA_OK, "forward returned %s (%d): %s", fa_status_name(st), (int)st,
               fa_last_error_message());
+    if (c->cuda) {
+        bc_fetch(&out);
+        bc_fetch(&lse);
+    }
     void *snap_o = bc_snapshot(&out), *snap_l = bc_snapshot(&lse);
     fa_status bst = FA_ERR_INTERNAL;
     if (st == FA_OK) {
@@ -501,6 +572,12 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
                   fa_last_error_message());
         if (bst == FA_OK)
             CHECK_EQ_STR(fa_last_error_message(), "");
+    }
+    if (c->cuda) {
+        for (int t = 0; t < 9; t++)
+            bc_download(all[t]);
+        if (c->alibi)
+            bc_download(&tslopes);
     }
     CHECK_MSG(bc_unchanged(&q, snap_q) && bc_unchanged(&k, snap_k) && bc_unchanged(&v, snap_v) &&
                   bc_unchanged(&dout, snap_do),
@@ -525,8 +602,10 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
             double *rdk = bc_dalloc(nk), *rdv = bc_dalloc(nk);
             double *bdq = bc_dalloc(nq), *bdk = bc_dalloc(nk), *bdv = bc_dalloc(nk);
             double *edq = bc_dalloc(nq), *edk = bc_dalloc(nk), *edv = bc_dalloc(nk);
-            /* bf16 on bf16 dot products: the exact gradient with dS and Pd rounded as operands */
-            const int ops = c->dtype == FA_DTYPE_BF16 && bc_bf16_products();
+            /* the exact gradient with dS and Pd rounded as operands, where they may be: bf16 on
+             * the CPU's bf16 dot products, fp16 and bf16 on CUDA (the tensor-core kernels round
+             * them as flash-attn does) */
+            const int ops = (c->dtype == FA_DTYPE_BF16 && bc_bf16_products()) || (c->cuda && lowp);
             double *odq = bc_dalloc(nq), *odk = bc_dalloc(nk), *odv = bc_dalloc(nk);
             double *nout = bc_dalloc(nq), *nlse = bc_dalloc(nl), *ndq = bc_dalloc(nq);
             double *ndk = bc_dalloc(nk), *ndv = bc_dalloc(nk);
@@ -637,6 +716,13 @@ static inline int bc_run(const bcfg *c, bc_result *res) {
             bc_check_grad(2, c->dtype, nk, D, gdv, rdv, edv, lowp ? ndv : NULL, ops ? odv : NULL,
                           bdv, zk, gs);
             gs->cases++;
+            if (res) {
+                const double *bnd[3] = {bdq, bdk, bdv};
+                const int64_t nb[3] = {nq, nk, nk};
+                for (int t = 0; t < 3; t++)
+                    for (int64_t i = 0; i < nb[t]; i++)
+                        res->bnd_max[t] = fmax(res->bnd_max[t], bnd[t][i]);
+            }
             free(rout);
             free(rlse);
             free(rsize);

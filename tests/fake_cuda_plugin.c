@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fake_cuda_plugin.c — a stand-in for libflashattn_cuda.so for machines without a GPU: one
- * "CUDA device" whose memory is host memory, and a forward that is libflashattn's own CPU
- * forward through the public API. ctest runs test_cuda against it (test_cuda_fake), so the
+ * "CUDA device" whose memory is host memory, and a forward and backward that are libflashattn's
+ * own CPU ones through the public API. ctest runs test_cuda against it (test_cuda_fake), so the
  * core's whole CUDA path — loading and handshake, validation of CUDA tensors, device_index,
  * cu_seqlens copied back from the device, dropout_mask routing, the stream argument — and
  * test_cuda's own checks run in CI. It says nothing about the real kernels (tests/test_cuda.c
@@ -67,6 +67,61 @@ static fa_tensor tensor(const fa__view *v, int ndim, int64_t b, int64_t s, int64
     return t;
 }
 
+/* The call's parameters as fa_params (causal is already folded into the window). */
+static fa_params params_of(const fa__problem *p) {
+    fa_params prm;
+    fa_params_init(&prm);
+    prm.softmax_scale = p->scale;
+    prm.window_left = p->window_left;
+    prm.window_right = p->window_right;
+    prm.softcap = p->softcap;
+    prm.dropout_p = p->dropout_p;
+    prm.dropout_seed = p->dropout_seed;
+    prm.dropout_offset = p->dropout_offset;
+    if (p->alibi) {
+        const int64_t shape[2] = {p->B, p->H};
+        prm.alibi_slopes = fa_tensor_contiguous((void *)p->alibi, FA_DTYPE_F32, 2, shape);
+        prm.alibi_slopes.stride[0] = p->alibi_sb;
+        prm.alibi_slopes.stride[1] = p->alibi_sh;
+    }
+    return prm;
+}
+
+/* The tensors of a call over p's views: fixed length (4-d) or varlen (3-d, packed rows). */
+typedef struct call_tensors {
+    fa_tensor q, k, v, out, dout, dq, dk, dv, lse, cu_q, cu_k;
+} call_tensors;
+
+static call_tensors tensors_of(const fa__problem *p, int backward) {
+    call_tensors t;
+    memset(&t, 0, sizeof t);
+    const int varlen = p->cu_q != NULL, nd = varlen ? 3 : 4;
+    const int64_t sq = varlen ? p->total_q : p->Sq, sk = varlen ? p->total_k : p->Sk;
+    t.q = tensor(&p->q, nd, p->B, sq, p->H, p->D);
+    t.k = tensor(&p->k, nd, p->B, sk, p->Hk, p->D);
+    t.v = tensor(&p->v, nd, p->B, sk, p->Hk, p->D);
+    t.out = tensor(&p->out, nd, p->B, sq, p->H, p->D);
+    if (backward) {
+        t.dout = tensor(&p->dout, nd, p->B, sq, p->H, p->D);
+        t.dq = tensor(&p->dq, nd, p->B, sq, p->H, p->D);
+        t.dk = tensor(&p->dk, nd, p->B, sk, p->Hk, p->D);
+        t.dv = tensor(&p->dv, nd, p->B, sk, p->Hk, p->D);
+    }
+    if (varlen) {
+        const int64_t ls[2] = {p->H, p->total_q}, ncu = p->B + 1;
+        t.lse = fa_tensor_contiguous(p->lse, FA_DTYPE_F32, 2, ls);
+        t.lse.stride[0] = p->lse_sh, t.lse.stride[1] = p->lse_ss;
+        /* cu_q/cu_k are the core's host copies, as the real plug-in receives them */
+        t.cu_q = fa_tensor_contiguous((void *)p->cu_q, FA_DTYPE_I32, 1, &ncu);
+        t.cu_k = fa_tensor_contiguous((void *)p->cu_k, FA_DTYPE_I32, 1, &ncu);
+    } else {
+        const int64_t ls[3] = {p->B, p->H, p->Sq};
+        t.lse = fa_tensor_contiguous(p->lse, FA_DTYPE_F32, 3, ls);
+        t.lse.stride[0] = p->lse_sb, t.lse.stride[1] = p->lse_sh, t.lse.stride[2] = p->lse_ss;
+    }
+    return t;
+}
+
 static int forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
     (void)stream;
     if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
@@ -78,43 +133,26 @@ static int forward(const fa__problem *p, int device, void *stream, char *msg, si
                  "fake plug-in: FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 or 128x64", tile);
         return FA_ERR_VALUE;
     }
-    fa_params prm;
-    fa_params_init(&prm);
-    prm.softmax_scale = p->scale;
-    prm.window_left = p->window_left;
-    prm.window_right = p->window_right; /* causal is already folded in */
-    prm.softcap = p->softcap;
-    prm.dropout_p = p->dropout_p;
-    prm.dropout_seed = p->dropout_seed;
-    prm.dropout_offset = p->dropout_offset;
-    if (p->alibi) {
-        const int64_t shape[2] = {p->B, p->H};
-        prm.alibi_slopes = fa_tensor_contiguous((void *)p->alibi, FA_DTYPE_F32, 2, shape);
-        prm.alibi_slopes.stride[0] = p->alibi_sb;
-        prm.alibi_slopes.stride[1] = p->alibi_sh;
-    }
-    if (!p->cu_q) {
-        const fa_tensor q = tensor(&p->q, 4, p->B, p->Sq, p->H, p->D);
-        const fa_tensor k = tensor(&p->k, 4, p->B, p->Sk, p->Hk, p->D);
-        const fa_tensor v = tensor(&p->v, 4, p->B, p->Sk, p->Hk, p->D);
-        const fa_tensor o = tensor(&p->out, 4, p->B, p->Sq, p->H, p->D);
-        const int64_t ls[3] = {p->B, p->H, p->Sq};
-        fa_tensor l = fa_tensor_contiguous(p->lse, FA_DTYPE_F32, 3, ls);
-        l.stride[0] = p->lse_sb, l.stride[1] = p->lse_sh, l.stride[2] = p->lse_ss;
-        return status(fa_forward(NULL, &prm, &q, &k, &v, &o, p->lse ? &l : NULL), msg, cap);
-    }
-    const fa_tensor q = tensor(&p->q, 3, 0, p->total_q, p->H, p->D);
-    const fa_tensor k = tensor(&p->k, 3, 0, p->total_k, p->Hk, p->D);
-    const fa_tensor v = tensor(&p->v, 3, 0, p->total_k, p->Hk, p->D);
-    const fa_tensor o = tensor(&p->out, 3, 0, p->total_q, p->H, p->D);
-    const int64_t ls[2] = {p->H, p->total_q}, ncu = p->B + 1;
-    fa_tensor l = fa_tensor_contiguous(p->lse, FA_DTYPE_F32, 2, ls);
-    l.stride[0] = p->lse_sh, l.stride[1] = p->lse_ss;
-    /* cu_q/cu_k are the core's host copies, as the real plug-in receives them */
-    const fa_tensor cq = fa_tensor_contiguous((void *)p->cu_q, FA_DTYPE_I32, 1, &ncu);
-    const fa_tensor ck = fa_tensor_contiguous((void *)p->cu_k, FA_DTYPE_I32, 1, &ncu);
-    return status(fa_varlen_forward(NULL, &prm, &q, &k, &v, &cq, &ck, p->Sq, p->Sk, &o,
-                                    p->lse ? &l : NULL),
+    const fa_params prm = params_of(p);
+    const call_tensors t = tensors_of(p, 0);
+    const fa_tensor *lse = p->lse ? &t.lse : NULL;
+    if (!p->cu_q) return status(fa_forward(NULL, &prm, &t.q, &t.k, &t.v, &t.out, lse), msg, cap);
+    return status(fa_varlen_forward(NULL, &prm, &t.q, &t.k, &t.v, &t.cu_q, &t.cu_k, p->Sq, p->Sk,
+                                    &t.out, lse),
+                  msg, cap);
+}
+
+static int backward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
+    (void)stream;
+    if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    const fa_params prm = params_of(p);
+    const call_tensors t = tensors_of(p, 1);
+    if (!p->cu_q)
+        return status(fa_backward(NULL, &prm, &t.q, &t.k, &t.v, &t.out, &t.dout, &t.lse, &t.dq,
+                                  &t.dk, &t.dv),
+                      msg, cap);
+    return status(fa_varlen_backward(NULL, &prm, &t.q, &t.k, &t.v, &t.out, &t.dout, &t.lse,
+                                     &t.cu_q, &t.cu_k, p->Sq, p->Sk, &t.dq, &t.dk, &t.dv),
                   msg, cap);
 }
 
@@ -134,7 +172,7 @@ static int dropout_mask(const fa__problem *p, int device, void *stream, char *ms
 
 static const fa__plugin_api api = {
     FA__PLUGIN_ABI_VERSION, (uint32_t)sizeof(fa__problem), "fake plug-in for tests (host memory)",
-    device_count, device_describe, alloc, release, copy, forward, dropout_mask};
+    device_count, device_describe, alloc, release, copy, forward, dropout_mask, backward};
 
 __attribute__((visibility("default"))) const fa__plugin_api *fa_cuda_plugin_entry(uint32_t abi) {
     return abi == FA__PLUGIN_ABI_VERSION ? &api : NULL;

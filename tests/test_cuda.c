@@ -1507,18 +1507,20 @@ static void group_errors(void) {
     }
 
     /* not supported on CUDA tensors */
-    GCASE(CALL_BWD, "fa_backward on CUDA tensors", FA_ERR_UNSUPPORTED, FA_ERR_UNSUPPORTED, NULL,
-          NULL, "cuda", (void)0);
-    GCASE(CALL_VARLEN_BWD, "fa_varlen_backward on CUDA tensors", FA_ERR_UNSUPPORTED,
-          FA_ERR_UNSUPPORTED, NULL, NULL, "cuda", (void)0);
-    GCASE(CALL_VARLEN_BWD, "fa_varlen_backward, device cu_seqlens", FA_ERR_UNSUPPORTED,
-          FA_ERR_UNSUPPORTED, NULL, NULL, "cuda", e.t[GB_CUQ] = e.dt[GB_CUQ];
-          e.t[GB_CUK] = e.dt[GB_CUK]);
     GCASE(CALL_KVCACHE, "fa_forward_kvcache on CUDA tensors (cache untouched)", FA_ERR_UNSUPPORTED,
           FA_ERR_UNSUPPORTED, NULL, NULL, "cuda", (void)0);
-    /* ... but their argument errors still come first */
+    /* the backward's argument errors (tests/test_cuda_backward.c runs the backward itself) */
     GERR(CALL_BWD, "fa_backward: v heads != k heads", FA_ERR_SHAPE, "v", e.t[GB_V].shape[2] = 1);
     GERR(CALL_BWD, "fa_backward: dk on the host", FA_ERR_DEVICE, "dk", e.t[GB_DK] = e.ht[GB_DK]);
+    GERR(CALL_BWD, "fa_backward: lse on the host", FA_ERR_DEVICE, "lse",
+         e.t[GB_LSE] = e.ht[GB_LSE]);
+    GERR(CALL_VARLEN_BWD, "fa_varlen_backward: dq bf16", FA_ERR_DTYPE, "dq",
+         e.t[GB_DQ].dtype = FA_DTYPE_BF16);
+    GERR(CALL_VARLEN_BWD,
+         "fa_varlen_backward: device cu_seqlens, a sequence longer than "
+         "max_seqlen_q",
+         FA_ERR_VALUE, "cu_seqlens_q", e.t[GB_CUQ] = e.dt[GB_CUQ];
+         e.t[GB_CUK] = e.dt[GB_CUK]; e.maxq = 2);
 
     /* the dropout mask */
     GCASE(CALL_MASK, "valid", FA_OK, FA_OK, NULL, NULL, NULL, e.params.dropout_p = 0.5f);

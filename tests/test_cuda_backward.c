@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_cuda_backward.c — fa_backward and fa_varlen_backward on CUDA tensors (the plug-in's
+ * backward) against the fp64 reference and the CPU backend, through the public API only.
+ *
+ * Without a usable CUDA device it prints "SKIP: no CUDA device: <why>" and exits 77 (ctest:
+ * skipped). ctest also runs it against the emulated plug-in (tests/cuda_emu: the plug-in's own
+ * kernels on the CPU) and against tests/fake_cuda_plugin.c (the core's CUDA path only).
+ *
+ * Each case (backward_check.h, bcfg.cuda) draws fresh inputs, runs the forward and then the
+ * backward on device copies of every tensor (outputs poisoned with NaN, gaps of strided views
+ * NaN), and checks the gradients against the fp64 reference with backward_check.h's
+ * tolerances; then the same case runs on the CPU backend from the same inputs (also held to
+ * the reference), and the device's gradients must match the CPU's elementwise:
+ * |gpu - cpu| <= 4 ulp_dtype(R) (fp16/bf16) or 4e-5 R (fp32), plus 2·4·u·max bnd (each run's
+ * fp32 accumulation allowance of backward_check.h), R = max|cpu| of the gradient: twice what
+ * two results within backward_check.h's bounds of the exact gradient can differ by, and far
+ * below what a different dropout mask, a missed query head of a GQA group or a wrong row moves
+ * a gradient by. (The bound term matters where a gradient cancels to nothing: with one key,
+ * dS = 0 exactly and both results are rounding noise.)
+ * Determinism: a case run twice on the device gives bitwise equal results. Errors: gradients on
+ * another device, lse on the host, a device the plug-in does not have: a clear status and no
+ * byte of any device buffer changed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backward_check.h"
+#include "flashattn.h"
+#include "test.h"
+#include "testutil.h"
+
+static const int k_dtypes[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+static int32_t g_dev;
+static double g_vs_cpu[8]; /* per dtype: max over cases of max|gpu - cpu| / tolerance */
+
+/* max|a - b| over n elements, and max|b| in *R. */
+static double max_diff(int64_t n, const double *a, const double *b, double *R) {
+    double m = 0.0;
+    *R = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs(a[i] - b[i]);
+        m = d > m || d != d ? d : m;
+        *R = fabs(b[i]) > *R ? fabs(b[i]) : *R;
+    }
+    return m;
+}
+
+/* Runs c on the device, then on the CPU from the same inputs; checks both against the
+ * reference (bc_run) and the device's gradients against the CPU's. Returns 1 on pass. */
+static int run_case(bcfg c) {
+    const uint64_t rng = tu_rng_state_;
+    c.cuda = 1;
+    c.cuda_dev = g_dev;
+    bc_result gpu, cpu;
+    memset(&gpu, 0, sizeof gpu);
+    memset(&cpu, 0, sizeof cpu);
+    int ok = bc_run(&c, &gpu);
+    tu_rng_state_ = rng;
+    c.cuda = 0;
+    c.repeat = 1; /* the same inputs, already checked against the reference on the device */
+    ok &= bc_run(&c, &cpu);
+    c.repeat = 0;
+    char name[768];
+    bc_describe(&c, name, sizeof name);
+    CASE_BEGIN("device vs CPU backend: %s", name);
+    if (gpu.dq && cpu.dq) {
+        const double *g[3] = {gpu.dq, gpu.dk, gpu.dv}, *h[3] = {cpu.dq, cpu.dk, cpu.dv};
+        const int64_t n[3] = {gpu.nq, gpu.nk, gpu.nk};
+        for (int t = 0; t < 3; t++) {
+            double R;
+            const double d = max_diff(n[t], g[t], h[t], &R);
+            const double tol = (c.dtype == FA_DTYPE_F32 ? 4e-5 * R : 4.0 * tu_ulp(c.dtype, R)) +
+                               2.0 * BC_F32_BOUND_ULPS * 0x1.0p-24 * gpu.bnd_max[t];
+            const double ratio = tol > 0.0 ? d / tol : d > 0.0 ? INFINITY : 0.0;
+            g_vs_cpu[c.dtype] = ratio > g_vs_cpu[c.dtype] ? ratio : g_vs_cpu[c.dtype];
+            CHECK_MSG(d <= tol, "%s: max|gpu - cpu| = %.3g > %.3g (max|cpu| %.3g)",
+                      bc_grad_names[t], d, tol, R);
+        }
+    } else {
+        CHECK_MSG(0, "a run gave no gradients");
+    }
+    ok &= CASE_END();
+    bc_result_free(&gpu);
+    bc_result_free(&cpu);
+    return ok;
+}
+
+static long g_cases, g_failed;
+
+static void run_all_dtypes(bcfg c) {
+    for (int t = 0; t < 3; t++) {
+        c.dtype = k_dtypes[t];
+        g_failed += !run_case(c);
+        g_cases++;
+    }
+}
+
+static void group_line(const char *group, long cases0, long failed0) {
+    printf("%-28s %4ld cases, %ld failed\n", group, g_cases - cases0, g_failed - failed0);
+    fflush(stdout);
+}
+
+/* Head dims: every tensor-core kernel's own (32 .. 256 in 32s are covered by 64, 128, 256) and
+ * padded ones, and ones only the stage-1 kernel takes (1, 33). */
+static void group_shapes(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    static const int64_t dims[] = {1, 8, 33, 40, 64, 80, 128, 200, 256};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        run_all_dtypes(bc_cfg(2, 37, 45, 2, 2, dims[i]));
+    run_all_dtypes(bc_cfg(1, 70, 20, 2, 1, 64)); /* Sq > Sk */
+    run_all_dtypes(bc_cfg(1, 1, 90, 4, 2, 64));  /* one query */
+    run_all_dtypes(bc_cfg(2, 20, 1, 2, 2, 32));  /* one key */
+    group_line("shapes", c0, f0);
+}
+
+static void group_features(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    bcfg c = bc_cfg(2, 50, 66, 4, 2, 64);
+    c.causal = 1;
+    run_all_dtypes(c);
+    c = bc_cfg(1, 66, 50, 4, 4, 40); /* causal with Sq > Sk: rows that see no key */
+    c.causal = 1;
+    run_all_dtypes(c);
+    c = bc_cfg(1, 60, 60, 2, 2, 64);
+    c.wl = 9;
+    c.wr = 3;
+    run_all_dtypes(c);
+    c.causal = 1, c.wr = 0;
+    run_all_dtypes(c);
+    c = bc_cfg(2, 33, 41, 4, 2, 80);
+    c.alibi = 1;
+    run_all_dtypes(c);
+    c.alibi = 2, c.causal = 1;
+    run_all_dtypes(c);
+    c = bc_cfg(1, 40, 40, 2, 2, 64);
+    c.softcap = 2.5f;
+    run_all_dtypes(c);
+    c = bc_cfg(2, 30, 35, 8, 1, 64); /* MQA */
+    c.scale = -0.3f;
+    run_all_dtypes(c);
+    c = bc_cfg(2, 30, 35, 4, 2, 64);
+    c.kv_bcast = 1;
+    run_all_dtypes(c);
+    c = bc_cfg(2, 29, 31, 4, 2, 48);
+    c.dropout_p = 0.25f;
+    c.dropout_seed = tu_next_u64();
+    c.dropout_offset = tu_next_u64();
+    run_all_dtypes(c);
+    c.causal = 1, c.alibi = 1, c.softcap = 3.0f;
+    run_all_dtypes(c);
+    group_line("features", c0, f0);
+}
+
+static void group_layouts(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    for (int l = 1; l < TU_NUM_LAYOUTS; l++) {
+        bcfg c = bc_cfg(2, 19, 23, 2, 2, 64);
+        c.lq = c.lk = c.lv = c.lo = c.ldo = c.ldq = c.ldk = c.ldv = l;
+        c.llse = l % 2;
+        run_all_dtypes(c);
+    }
+    group_line("layouts", c0, f0);
+}
+
+static void group_varlen(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    bcfg c = bc_cfg(0, 0, 0, 4, 2, 64);
+    c.nseq = 4;
+    const int32_t sq[4] = {17, 0, 1, 40}, sk[4] = {20, 5, 1, 33};
+    memcpy(c.seq_q, sq, sizeof sq);
+    memcpy(c.seq_k, sk, sizeof sk);
+    c.lead_q = 3, c.tail_q = 2, c.lead_k = 1, c.tail_k = 4;
+    c.extra_max = 5;
+    run_all_dtypes(c);
+    c.causal = 1, c.wl = 7;
+    run_all_dtypes(c);
+    c.causal = 0, c.wl = -1, c.alibi = 2, c.dropout_p = 0.1f;
+    c.dropout_seed = tu_next_u64();
+    run_all_dtypes(c);
+    group_line("varlen", c0, f0);
+}
+
+/* Two device runs of one case from the same inputs: bitwise equal. */
+static void group_determinism(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    for (int t = 0; t < 3; t++) {
+        bcfg c = bc_cfg(2, 75, 90, 4, 2, 64);
+        c.causal = t == 1;
+        c.dtype = k_dtypes[t];
+        c.cuda = 1;
+        c.cuda_dev = g_dev;
+        const uint64_t rng = tu_rng_state_;
+        bc_result a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        int ok = bc_run(&c, &a);
+        tu_rng_state_ = rng;
+        c.repeat = 1;
+        ok &= bc_run(&c, &b);
+        CASE_BEGIN("determinism: %s, two device runs bitwise equal", tu_dtype_name(c.dtype));
+        CHECK(bc_same_result(&a, &b));
+        ok &= CASE_END();
+        g_failed += !ok;
+        g_cases++;
+        bc_result_free(&a);
+        bc_result_free(&b);
+    }
+    group_line("determinism", c0, f0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors: a clear status, and no byte of any device buffer changed.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct dbuf {
+    fa_tensor t;
+    unsigned char *host; /* the bytes uploaded */
+    size_t bytes;
+} dbuf;
+
+/* A contiguous device tensor of random bytes. */
+static dbuf dbuf_make(int dtype, int ndim, const int64_t *shape) {
+    dbuf d;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    d.bytes = (size_t)n * tu_dtype_size(dtype);
+    d.host = malloc(d.bytes);
+    if (!d.host)
+        abort();
+    for (size_t i = 0; i < d.bytes; i++)
+        d.host[i] = (unsigned char)tu_next_u64(); /* any bytes: the calls must not read them */
+    void *p = NULL;
+    fa_status st = fa_device_alloc(FA_DEVICE_CUDA, g_dev, d.bytes, &p);
+    if (st == FA_OK)
+        st = fa_device_copy(p, FA_DEVICE_CUDA, d.host, FA_DEVICE_CPU, g_dev, d.bytes);
+    if (st != FA_OK)
+        bc_device_fatal("dbuf_make", st);
+    d.t = fa_tensor_contiguous(p, dtype, ndim, shape);
+    d.t.device = FA_DEVICE_CUDA;
+    d.t.device_index = g_dev;
+    return d;
+}
+
+static int dbuf_unchanged(const dbuf *d) {
+    unsigned char *now = malloc(d->bytes);
+    if (!now)
+        abort();
+    const fa_status st =
+        fa_device_copy(now, FA_DEVICE_CPU, d->t.data, FA_DEVICE_CUDA, g_dev, d->bytes);
+    if (st != FA_OK)
+        bc_device_fatal("dbuf_unchanged", st);
+    const int same = memcmp(now, d->host, d->bytes) == 0;
+    free(now);
+    return same;
+}
+
+static void dbuf_free(dbuf *d) {
+    const fa_status st = fa_device_free(FA_DEVICE_CUDA, g_dev, d->t.data);
+    if (st != FA_OK)
+        bc_device_fatal("dbuf_free", st);
+    free(d->host);
+}
+
+static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+static void group_errors(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    const int64_t qs[4] = {1, 9, 2, 16}, ls[3] = {1, 2, 9};
+    enum { Q, K, V, O, DO, LSE, DQ, DK, DV, N };
+    dbuf t[N];
+    for (int i = 0; i < N; i++)
+        t[i] = i == LSE ? dbuf_make(FA_DTYPE_F32, 3, ls) : dbuf_make(FA_DTYPE_F16, 4, qs);
+    uint16_t host_dk[1 * 9 * 2 * 16];
+    float host_lse[1 * 2 * 9];
+    fa_tensor hdk = fa_tensor_contiguous(host_dk, FA_DTYPE_F16, 4, qs);
+    fa_tensor hlse = fa_tensor_contiguous(host_lse, FA_DTYPE_F32, 3, ls);
+    fa_tensor other_dev = t[DQ].t;
+    other_dev.device_index = g_dev + 1;
+    struct {
+        const char *desc, *needle;
+        int swap; /* which tensor is replaced */
+        const fa_tensor *with;
+        fa_status want;
+    } cases[] = {
+        {"dk on the host, q on the device", "dk: is on the CPU", DK, &hdk, FA_ERR_DEVICE},
+        {"lse on the host, q on the device", "lse: is on the CPU", LSE, &hlse, FA_ERR_DEVICE},
+        {"dq on another device index", "dq: is on CUDA device", DQ, &other_dev, FA_ERR_DEVICE},
+    };
+    for (size_t e = 0; e < sizeof cases / sizeof *cases; e++) {
+        CASE_BEGIN("errors: %s", cases[e].desc);
+        memset(host_dk, 0x5A, sizeof host_dk);
+        memset(host_lse, 0x5A, sizeof host_lse);
+        const fa_tensor *a[N];
+        for (int i = 0; i < N; i++)
+            a[i] = i == cases[e].swap ? cases[e].with : &t[i].t;
+        fa_params prm;
+        fa_params_init(&prm);
+        const fa_status st =
+            fa_backward(NULL, &prm, a[Q], a[K], a[V], a[O], a[DO], a[LSE], a[DQ], a[DK], a[DV]);
+        CHECK_MSG(st == cases[e].want, "status %s, want %s (%s)", fa_status_name(st),
+                  fa_status_name(cases[e].want), fa_last_error_message());
+        CHECK_MSG(contains(fa_last_error_message(), cases[e].needle), "message \"%s\" lacks \"%s\"",
+                  fa_last_error_message(), cases[e].needle);
+        for (int i = 0; i < N; i++)
+            CHECK_MSG(dbuf_unchanged(&t[i]), "device tensor %d changed", i);
+        unsigned char ref[sizeof host_dk];
+        memset(ref, 0x5A, sizeof ref);
+        CHECK(memcmp(host_dk, ref, sizeof host_dk) == 0 &&
+              memcmp(host_lse, ref, sizeof host_lse) == 0);
+        g_failed += !CASE_END();
+        g_cases++;
+    }
+    for (int i = 0; i < N; i++)
+        dbuf_free(&t[i]);
+    group_line("errors", c0, f0);
+}
+
+int main(void) {
+    int32_t n = -1;
+    const fa_status st = fa_device_count(FA_DEVICE_CUDA, &n);
+    if (st != FA_OK || n <= 0) {
+        const char *why = st != FA_OK ? fa_last_error_message() : "0 devices";
+        printf("SKIP: no CUDA device: %s\n", why && *why ? why : fa_status_name(st));
+        return TU_SKIP;
+    }
+    g_dev = 0;
+    tu_seed_init("test_cuda_backward");
+    printf("library %s; %s\n%d CUDA device(s); running on device %d\n", fa_version_string(),
+           fa_build_info(), (int)n, (int)g_dev);
+    fflush(stdout);
+
+    group_errors();
+    group_shapes();
+    group_features();
+    group_layouts();
+    group_varlen();
+    group_determinism();
+
+    for (int t = 0; t < 3; t++) {
+        const int dt = k_dtypes[t];
+        const bc_stats *s = &bc_grad_stats[dt];
+        printf("%s: %ld gradient checks; max rel error vs fp64 dq %.3g dk %.3g dv %.3g; "
+               "device vs CPU at most %.2f of its tolerance\n",
+               tu_dtype_name(dt), s->cases, s->rel[0], s->rel[1], s->rel[2], g_vs_cpu[dt]);
+    }
+    return TEST_REPORT();
+}
