@@ -8,8 +8,10 @@ Only where torch sees a GPU and the library's CUDA plug-in reports a device (ski
 with the reason): flash_attn_func, the varlen and packed variants on the GPU against the CPU
 backend on the same inputs (fp16, bf16, fp32; causal, window, softcap, ALiBi, GQA, dropout with
 the same seed), both FA_CUDA_TILE_D128 tiles at head dim 128, outputs on the input's device and
-on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, and a clear error
-for what runs only on the CPU (backward, KV cache).
+on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, the backward
+(flash_attn_func over the forward's grid, varlen, packed, _flash_attn_backward, torch.compile)
+against the CPU backend's gradients and bitwise deterministic, and a clear error for what runs
+only on the CPU (KV cache).
 """
 
 import ctypes
@@ -387,12 +389,12 @@ def test_strided_bhsd_views_match_cpu():
 
 def _capture_streams(monkeypatch):
     seen = []
-    for name in ("forward", "varlen_forward"):
+    for name in ("forward", "varlen_forward", "backward", "varlen_backward"):
         orig = getattr(_lib, name)
 
-        def wrap(p, *args, _orig=orig):
+        def wrap(p, *args, _orig=orig, **kw):
             seen.append(_lib.Params.from_buffer(p).cuda_stream or 0)
-            return _orig(p, *args)
+            return _orig(p, *args, **kw)
 
         monkeypatch.setattr(_lib, name, wrap)
     return seen
@@ -421,6 +423,10 @@ def test_outputs_on_the_input_device_and_current_stream(monkeypatch):
                                               causal=True)
     assert seen[-4:] == [side.cuda_stream] * 4, (seen, side.cuda_stream)
     assert side.cuda_stream != 0
+    with torch.cuda.stream(side):
+        x = qg[:1, :64].clone().requires_grad_(True)
+        flashattn.flash_attn_func(x, x, x, causal=True).float().sum().backward()
+    assert seen[-2:] == [side.cuda_stream] * 2, (seen, side.cuda_stream)  # forward, backward
     side.synchronize()
     for o in outs:
         assert o.device == dev
@@ -486,19 +492,98 @@ def test_mixed_devices_are_a_clear_error():
     assert out.device == q.device
 
 
+# The backward cases: the forward's grid less its longest shapes (the CPU backward of each runs
+# in the same test)
+BWD_CASES = [c for c in CASES if c not in ("long", "mqa_decode")]
+
+
+def _grads_pair(case, dtype):
+    """(GPU grads, CPU grads, GPU out) of flash_attn_func's loss sum(out * w) on the same inputs
+    and dropout seed."""
+    B, Sq, Sk, H, Hk, D, kw = CASES[case]
+    kw = dict(kw)
+    g = torch.Generator().manual_seed(zlib.crc32(f"bwd/{case}/{dtype}".encode()))
+    q, k, v = (_randn(s, dtype, g) for s in ((B, Sq, H, D), (B, Sk, Hk, D), (B, Sk, Hk, D)))
+    w = _randn((B, Sq, H, D), dtype, g)
+    alibi = kw.pop("alibi", None)
+    if alibi is not None:
+        alibi = torch.rand((H,) if alibi == "h" else (B, H), generator=g) * 0.3
+    res = []
+    for dev in ("cuda", "cpu"):
+        x = [t.to(dev).requires_grad_(True) for t in (q, k, v)]
+        torch.manual_seed(77)  # the same dropout mask on both devices
+        out = flashattn.flash_attn_func(*x, alibi_slopes=None if alibi is None else alibi.to(dev),
+                                        **kw)
+        (out.float() * w.to(dev).float()).sum().backward()
+        res.append(([t.grad for t in x], out))
+    return res[0][0], res[1][0], res[0][1]
+
+
 @needs_gpu
-def test_backward_on_cuda_is_a_clear_error():
-    q = torch.randn(1, 16, 2, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    out = flashattn.flash_attn_func(q, q, q, causal=True)
-    with pytest.raises(flashattn.FlashAttnError, match="FA_ERR_UNSUPPORTED") as e:
-        out.float().sum().backward()
-    assert "fa_backward" in str(e.value)
-    qv = q.detach()[0]
-    cu = torch.tensor([0, 16], dtype=torch.int32, device="cuda")
-    qv.requires_grad_(True)
-    out = flashattn.flash_attn_varlen_func(qv, qv, qv, cu, cu, 16, 16)
-    with pytest.raises(flashattn.FlashAttnError, match="FA_ERR_UNSUPPORTED"):
-        out.float().sum().backward()
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", BWD_CASES)
+def test_backward_matches_cpu(case, dtype):
+    gg, gc, out = _grads_pair(case, dtype)
+    for name, a, b in zip(("dq", "dk", "dv"), gg, gc):
+        assert a.device == out.device and a.dtype == out.dtype, name
+        _assert_close(a, b, dtype, f"{case} {name}")
+
+
+@needs_gpu
+def test_backward_is_deterministic():
+    a, _, _ = _grads_pair("gqa", "bfloat16")
+    b, _, _ = _grads_pair("gqa", "bfloat16")
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_varlen_and_packed_backward_match_cpu(dtype):
+    g = torch.Generator().manual_seed(21)
+    H, Hk, D = 4, 2, 64
+    cu_q = torch.tensor([0, 5, 5, 70, 131], dtype=torch.int32)
+    cu_k = torch.tensor([0, 9, 20, 20, 150], dtype=torch.int32)
+    q = _randn((131, H, D), dtype, g)
+    k, v = (_randn((150, Hk, D), dtype, g) for _ in range(2))
+    qkv = _randn((2, 77, 3, H, D), dtype, g)
+    grads = []
+    for dev in ("cuda", "cpu"):
+        x = [t.to(dev).requires_grad_(True) for t in (q, k, v)]
+        torch.manual_seed(5)
+        o = flashattn.flash_attn_varlen_func(*x, cu_q.to(dev), cu_k, 65, 130, causal=True,
+                                             dropout_p=0.1)
+        o.float().square().sum().backward()
+        p = qkv.to(dev).requires_grad_(True)
+        flashattn.flash_attn_qkvpacked_func(p, causal=True).float().square().sum().backward()
+        grads.append([t.grad for t in x] + [p.grad])
+    for name, a, b in zip(("dq", "dk", "dv", "dqkv"), *grads):
+        assert a.device.type == "cuda"
+        _assert_close(a, b, dtype, f"varlen/packed {name}")
+
+
+@needs_gpu
+def test_private_backward_on_cuda_writes_the_given_buffers():
+    """flash_attn_2_cuda-style _flash_attn_backward: dq, dk, dv written in place on the GPU."""
+    from flashattn.flash_attn_interface import _flash_attn_backward, _flash_attn_forward
+
+    g = torch.Generator().manual_seed(8)
+    q, k, v, do = (_randn((1, 50, 2, 64), "float16", g).cuda() for _ in range(4))
+    out, lse, _, rng = _flash_attn_forward(q, k, v, 0.0, 0.125, True, -1, 0, 0.0, None, False)
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+    _flash_attn_backward(do, q, k, v, out, lse, dq, dk, dv, 0.0, 0.125, True, -1, 0, 0.0, None,
+                         False, rng)
+    torch.cuda.synchronize()
+    ref = [x.cuda() for x in _grads_cpu(q, k, v, do)]
+    for name, a, b in zip(("dq", "dk", "dv"), (dq, dk, dv), ref):
+        _assert_close(a, b, "float16", name)
+
+
+def _grads_cpu(q, k, v, do):
+    x = [t.cpu().requires_grad_(True) for t in (q, k, v)]
+    out = flashattn.flash_attn_func(*x, softmax_scale=0.125, causal=True)
+    out.backward(do.cpu())
+    return [t.grad for t in x]
 
 
 @needs_gpu
@@ -542,3 +627,26 @@ def test_torch_compile_on_cuda():
         a, b = f(q, k, v), compiled(q, k, v)
     assert b.device == q.device and b.shape == q.shape
     assert torch.allclose(a, b, rtol=2e-3, atol=2e-3)
+
+
+@needs_gpu
+def test_torch_compile_backward_on_cuda():
+    """Training step under torch.compile on CUDA tensors: the gradients equal eager mode's (the
+    backward is deterministic, and both run the same kernels)."""
+    from flashattn.flash_attn_interface import _torch as _register
+
+    if not _register().HAS_CUSTOM_OP:
+        pytest.skip("torch < 2.4 has no torch.library.custom_op")
+
+    def step(q, k, v):
+        out = flashattn.flash_attn_func(q, k, v, causal=True, softcap=4.0)
+        out.float().square().sum().backward()
+        return q.grad, k.grad, v.grad
+
+    g = torch.Generator().manual_seed(12)
+    base = [_randn((2, 96, 4, 64), "bfloat16", g).cuda() for _ in range(3)]
+    eager = step(*(t.clone().requires_grad_(True) for t in base))
+    compiled = torch.compile(step, backend="aot_eager")
+    got = compiled(*(t.clone().requires_grad_(True) for t in base))
+    for a, b in zip(got, eager):
+        assert a.device == b.device and torch.equal(a, b)
