@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh — one command for a machine with an NVIDIA GPU: build the CUDA plug-in for
 # this GPU, run the GPU tests (C and Python), `flashattn verify` and the GPU benchmark, and print
-# a short table. Needs nvcc, cmake, a C compiler and python3 with torch (CUDA) and pytest; no
+# short tables. Needs nvcc, cmake, a C compiler and python3 with torch (CUDA) and pytest; no
 # network. Run from anywhere:
 #
 #     scripts/gpu-check.sh                  # logs in build-gpu/logs/
-#     OUT=/some/dir scripts/gpu-check.sh    # logs in $OUT (at most 4 files there)
+#     OUT=/some/dir scripts/gpu-check.sh    # logs in $OUT (at most 5 files there)
 #
 # Steps (each timed; the script keeps going after a failing step):
 #   gpu            nvidia-smi -L and the compute capability (9.0 -> FA_CUDA_ARCHS=90)
@@ -23,13 +23,19 @@
 #                  library, and a cuBLAS matmul; at D = 128 it also times the kernel's other
 #                  tile (FA_CUDA_TILE_D128=128x32 on sm_90, whose default is 128x64), and
 #                  prints a "D = 128 tiles" table after the main one)
+#   bench-bwd      python3 bench/gpu_bench_bwd.py --time-budget .. --json ..: forward + backward
+#                  (bf16, S = 1024..4096, D = 64 and 128, causal and not) against torch SDPA's
+#                  flash and cuDNN backends, gradients checked and flashattn's bitwise
+#                  deterministic over two steps
 #
 # Files in the log folder: gpu-check.log (every step's full output), gpu-bench.json,
-# gpu-bench.md, summary.txt (the table printed last). Exit status: 0 when every step passed.
+# gpu-bench.md, gpu-bench-bwd.json, summary.txt (the tables printed last). Exit status: 0 when
+# every step passed.
 #
 # Environment: BUILD (default build-gpu), PYTHON (python3), JOBS (nproc), CUDA_ARCHS (skip the
-# detection), BENCH_BUDGET (240 s), TOTAL_BUDGET (450 s: the bench's budget shrinks so that the
-# whole script stays within it, but never below 60 s).
+# detection), BENCH_BUDGET (240 s) and BWD_BUDGET (120 s), TOTAL_BUDGET (450 s: the benchmarks'
+# budgets shrink so that the whole script stays within it — two thirds of what is left to the
+# forward, never below 60 s, the rest to forward + backward, never below 45 s).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,6 +43,7 @@ BUILD=${BUILD:-build-gpu}
 PYTHON=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 BENCH_BUDGET=${BENCH_BUDGET:-240}
+BWD_BUDGET=${BWD_BUDGET:-120}
 TOTAL_BUDGET=${TOTAL_BUDGET:-450}
 export PYTHONUNBUFFERED=1
 case $BUILD in
@@ -111,10 +118,13 @@ summary() {
         for i in "${!STEP_NAMES[@]}"; do
             printf '%-14s %-6s %8s\n' "${STEP_NAMES[$i]}" "${STEP_STATUS[$i]}" "${STEP_SECS[$i]}"
         done
-        if [[ -s $TMP/bench.stdout ]]; then
-            echo
-            sed '/./,$!d' "$TMP/bench.stdout" # without the leading blank lines
-        fi
+        local f
+        for f in "$TMP/bench.stdout" "$TMP/bench-bwd.stdout"; do
+            if [[ -s $f ]]; then
+                echo
+                sed '/./,$!d' "$f" # without the leading blank lines
+            fi
+        done
     } >"$SUMMARY"
     cat "$SUMMARY"
 }
@@ -210,15 +220,24 @@ run_step pytest-cuda 360 3 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
 FLASHATTN_REQUIRE_GPU=1 $PYTHON -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py" \
     || true
 
-# 4. Benchmark ----------------------------------------------------------------------------------
+# 4. Benchmarks ---------------------------------------------------------------------------------
+# What is left of TOTAL_BUDGET goes two thirds to the forward, the rest to forward + backward.
 spent=$(($(date +%s) - T_START / 1000000000))
-budget=$((TOTAL_BUDGET - spent - 30))
+left=$((TOTAL_BUDGET - spent - 30))
+budget=$((left * 2 / 3))
 ((budget > BENCH_BUDGET)) && budget=$BENCH_BUDGET
 ((budget < 60)) && budget=60
 run_step bench $((budget + 120)) 0 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
 $PYTHON bench/gpu_bench.py --time-budget $budget --json '$LOGDIR/gpu-bench.json' \
 --md '$LOGDIR/gpu-bench.md' 2>&1 >'$TMP/bench.stdout'; rc=\$?; cat '$TMP/bench.stdout'; exit \$rc" \
     || true
+spent=$(($(date +%s) - T_START / 1000000000))
+budget=$((TOTAL_BUDGET - spent - 30))
+((budget > BWD_BUDGET)) && budget=$BWD_BUDGET
+((budget < 45)) && budget=45
+run_step bench-bwd $((budget + 120)) 0 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
+$PYTHON bench/gpu_bench_bwd.py --time-budget $budget --json '$LOGDIR/gpu-bench-bwd.json' \
+2>&1 >'$TMP/bench-bwd.stdout'; rc=\$?; cat '$TMP/bench-bwd.stdout'; exit \$rc" || true
 
 trap - INT TERM
 summary
