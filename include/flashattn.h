@@ -394,8 +394,9 @@ FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask)
  * NVIDIA driver (the CUDA runtime is linked into it). When it is missing, a call with CUDA
  * tensors returns FA_ERR_DEVICE and fa_last_error_message() says why.
  *
- * On CUDA tensors: fa_forward, fa_varlen_forward and fa_dropout_mask run on the GPU.
- * fa_backward, fa_varlen_backward and fa_forward_kvcache return FA_ERR_UNSUPPORTED.
+ * On CUDA tensors: fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward and
+ * fa_dropout_mask run on the GPU (the backward deterministic, as on the CPU).
+ * fa_forward_kvcache returns FA_ERR_UNSUPPORTED.
  *
  * The helpers below give C programs device memory without linking the CUDA toolkit (the tests
  * and `flashattn verify` use them). Each loads the plug-in as above.
