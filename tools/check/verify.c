@@ -119,7 +119,7 @@ static void *random_tensor(cli_rng *rng, fa_dtype t, size_t n, double **exact, c
 typedef struct backend {
     int cuda;
     int32_t index;
-    void *dev[8];
+    void *dev[12]; /* the backward places 9 tensors */
     int ndev;
 } backend;
 
@@ -423,7 +423,7 @@ static double dtype_ulp(fa_dtype t, double x) {
     return ldexp(1.0, e - (p - 1));
 }
 
-static bverdict run_backward(fa_context *ctx, const bcase *c, cli_rng *rng) {
+static bverdict run_backward(fa_context *ctx, backend *be, const bcase *c, cli_rng *rng) {
     const fa_dtype t = c->dtype;
     const size_t nq = (size_t)(c->B * c->Sq * c->H * c->D);
     const size_t nk = (size_t)(c->B * c->Sk * c->Hk * c->D);
@@ -463,15 +463,15 @@ static bverdict run_backward(fa_context *ctx, const bcase *c, cli_rng *rng) {
         given[g] = cli_xmalloc(n[g] * sizeof(double), "reference gradient");
     }
 
-    tq = fa_tensor_contiguous(q, t, 4, qshape);
-    tk = fa_tensor_contiguous(k, t, 4, kshape);
-    tv = fa_tensor_contiguous(v, t, 4, kshape);
-    tdo = fa_tensor_contiguous(dout, t, 4, qshape);
-    tout = fa_tensor_contiguous(out, t, 4, qshape);
-    tlse = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape);
-    tg[0] = fa_tensor_contiguous(grad[0], t, 4, qshape);
-    tg[1] = fa_tensor_contiguous(grad[1], t, 4, kshape);
-    tg[2] = fa_tensor_contiguous(grad[2], t, 4, kshape);
+    tq = place(be, fa_tensor_contiguous(q, t, 4, qshape), nq * cli_dtype_size(t));
+    tk = place(be, fa_tensor_contiguous(k, t, 4, kshape), nk * cli_dtype_size(t));
+    tv = place(be, fa_tensor_contiguous(v, t, 4, kshape), nk * cli_dtype_size(t));
+    tdo = place(be, fa_tensor_contiguous(dout, t, 4, qshape), nq * cli_dtype_size(t));
+    tout = place(be, fa_tensor_contiguous(out, t, 4, qshape), nq * cli_dtype_size(t));
+    tlse = place(be, fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, lshape), nl * sizeof(float));
+    tg[0] = place(be, fa_tensor_contiguous(grad[0], t, 4, qshape), nq * cli_dtype_size(t));
+    tg[1] = place(be, fa_tensor_contiguous(grad[1], t, 4, kshape), nk * cli_dtype_size(t));
+    tg[2] = place(be, fa_tensor_contiguous(grad[2], t, 4, kshape), nk * cli_dtype_size(t));
     fa_params_init(&params);
     params.causal = c->causal;
     params.dropout_p = c->dropout_p;
@@ -480,6 +480,10 @@ static bverdict run_backward(fa_context *ctx, const bcase *c, cli_rng *rng) {
     CLI_CHECK("fa_forward", fa_forward(ctx, &params, &tq, &tk, &tv, &tout, &tlse));
     CLI_CHECK("fa_backward",
               fa_backward(ctx, &params, &tq, &tk, &tv, &tout, &tdo, &tlse, &tg[0], &tg[1], &tg[2]));
+    fetch(be, out, &tout, nq * cli_dtype_size(t));
+    for (g = 0; g < 3; g++)
+        fetch(be, grad[g], &tg[g], n[g] * cli_dtype_size(t));
+    release(be);
 
     memset(&p, 0, sizeof p);
     p.B = c->B;
@@ -602,6 +606,50 @@ static size_t run_forward_cases(fa_context *ctx, backend *be, cli_rng *rng, int 
     return failed;
 }
 
+/* The backward cases on one backend, with their header unless quiet (then only failures). */
+static size_t run_backward_cases(fa_context *ctx, backend *be, cli_rng *rng, int quiet) {
+    size_t ci, failed = 0;
+    int header = 0;
+    if (!quiet) {
+        if (be->cuda)
+            printf("\nbackward on cuda:%d: fa_forward, then fa_backward with a random dout; dq, dk, "
+                   "dv vs the fp64 reference backward (tolerances as on the cpu)\n",
+                   (int)be->index);
+        else
+            printf("\nbackward on cpu: fa_forward, then fa_backward with a random dout; dq, dk, dv "
+                   "vs the fp64 reference backward\n");
+        if (!be->cuda)
+            printf("tolerance (max abs error per gradient, R = its max|ref|): fp32 1e-5*R + "
+                   "4*2^-24*(max sum of |terms|); fp16/bf16 2*(naive low-precision backward's "
+                   "error) + ulp(R) + (effect of out's rounding)\n");
+        print_backward_header();
+        header = 1;
+    }
+    for (ci = 0; ci < NUM_BCASES; ci++) {
+        const bcase *c = &bcases[ci];
+        char shape[128];
+        int pass = 1, g;
+        const bverdict r = run_backward(ctx, be, c, rng);
+        for (g = 0; g < 3; g++)
+            pass &= r.err[g] <= r.tol[g]; /* false for NaN/inf errors */
+        if (!pass)
+            failed++;
+        if (!pass && !header) {
+            if (be->cuda)
+                printf("backward on cuda:%d\n", (int)be->index);
+            print_backward_header();
+            header = 1;
+        }
+        if (!quiet || !pass) {
+            describe_bcase(c, shape, sizeof shape);
+            printf("  %-14s %-51s %-5s %9.2e %9.2e %9.2e %9.1e %9.1e %9.1e  %s\n", c->name, shape,
+                   cli_dtype_name(c->dtype), r.err[0], r.err[1], r.err[2], r.tol[0], r.tol[1],
+                   r.tol[2], pass ? "PASS" : "FAIL");
+        }
+    }
+    return failed;
+}
+
 int cmd_verify(int argc, char **argv) {
     backend cpu = {0, 0, {NULL}, 0};
     int32_t ncuda = 0, dev;
@@ -612,8 +660,8 @@ int cmd_verify(int argc, char **argv) {
     unsigned long long seed = 0;
     fa_context *ctx = NULL;
     cli_rng rng;
-    size_t ci, failed = 0;
-    int i, bheader_printed = 0;
+    size_t failed = 0;
+    int i;
 
     for (i = 1; i < argc; i++) {
         const char *val = NULL;
@@ -665,35 +713,7 @@ int cmd_verify(int argc, char **argv) {
     }
 
     failed += run_forward_cases(ctx, &cpu, &rng, quiet);
-    if (!quiet) {
-        printf("\nbackward on cpu: fa_forward, then fa_backward with a random dout; dq, dk, dv vs "
-               "the fp64 reference backward\n");
-        printf("tolerance (max abs error per gradient, R = its max|ref|): fp32 1e-5*R + "
-               "4*2^-24*(max sum of |terms|); fp16/bf16 2*(naive low-precision backward's "
-               "error) + ulp(R) + (effect of out's rounding)\n");
-        print_backward_header();
-    }
-    for (ci = 0; ci < NUM_BCASES; ci++) {
-        const bcase *c = &bcases[ci];
-        char shape[128];
-        int pass, g;
-        bverdict r = run_backward(ctx, c, &rng);
-        pass = 1;
-        for (g = 0; g < 3; g++)
-            pass &= r.err[g] <= r.tol[g]; /* false for NaN/inf errors */
-        if (!pass)
-            failed++;
-        if (quiet && !pass && !bheader_printed) {
-            print_backward_header();
-            bheader_printed = 1;
-        }
-        if (!quiet || !pass) {
-            describe_bcase(c, shape, sizeof shape);
-            printf("  %-14s %-51s %-5s %9.2e %9.2e %9.2e %9.1e %9.1e %9.1e  %s\n", c->name, shape,
-                   cli_dtype_name(c->dtype), r.err[0], r.err[1], r.err[2], r.tol[0], r.tol[1],
-                   r.tol[2], pass ? "PASS" : "FAIL");
-        }
-    }
+    failed += run_backward_cases(ctx, &cpu, &rng, quiet);
     total = NUM_CASES + NUM_BCASES;
     if (fa_device_count(FA_DEVICE_CUDA, &ncuda) != FA_OK || ncuda == 0) {
         const char *why = ncuda == 0 && !fa_last_error_message()[0] ? "no CUDA device visible"
@@ -705,15 +725,16 @@ int cmd_verify(int argc, char **argv) {
         for (dev = 0; dev < ncuda; dev++) {
             backend gpu = {1, dev, {NULL}, 0};
             if (!quiet) {
-                printf("\nbackend cuda:%d (forward; cu_seqlens_q on the device, cu_seqlens_k on "
-                       "the host)\n", (int)dev);
+                printf("\nbackend cuda:%d (cu_seqlens_q on the device, cu_seqlens_k on the "
+                       "host)\n", (int)dev);
                 print_table_header();
             }
             failed += run_forward_cases(ctx, &gpu, &rng, quiet);
-            total += NUM_CASES;
+            failed += run_backward_cases(ctx, &gpu, &rng, quiet);
+            total += NUM_CASES + NUM_BCASES;
         }
-        snprintf(cuda_note, sizeof cuda_note, "forward on %d CUDA device%s", (int)ncuda,
-                 ncuda == 1 ? "" : "s");
+        snprintf(cuda_note, sizeof cuda_note, "forward and backward on %d CUDA device%s",
+                 (int)ncuda, ncuda == 1 ? "" : "s");
     }
 
     if (failed)
