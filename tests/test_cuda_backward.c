@@ -18,7 +18,10 @@
  * below what a different dropout mask, a missed query head of a GQA group or a wrong row moves
  * a gradient by. (The bound term matters where a gradient cancels to nothing: with one key,
  * dS = 0 exactly and both results are rounding noise.)
- * Determinism: a case run twice on the device gives bitwise equal results. Errors: gradients on
+ * Non-finite inputs: NaN and infinities planted in q, k, v or dout give NaN and infinite
+ * gradients exactly where the CPU backend's are (docs/semantics.md's rule), the same values
+ * elsewhere. Determinism: a case run twice on the device gives bitwise equal results. Errors:
+ * gradients on
  * another device, lse on the host, a device the plug-in does not have: a clear status and no
  * byte of any device buffer changed.
  */
@@ -212,6 +215,101 @@ static void group_determinism(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Non-finite inputs (the rule of docs/semantics.md, which tests/test_nonfinite.c holds the CPU
+ * backend to): a NaN or an infinity planted in q, k, v or dout of a causal, sliding-window GQA
+ * problem; the device's gradients, from the same out and lse (the CPU forward's), must be NaN
+ * and infinite exactly where the CPU backend's are, and match them elsewhere.
+ * ------------------------------------------------------------------------------------------- */
+
+static void nonfinite_case(int dtype, char what, int64_t row, double val) {
+    const int64_t S = 12, H = 2, Hk = 1, D = 16, qs[4] = {1, S, H, D}, ks[4] = {1, S, Hk, D};
+    const int64_t ls[3] = {1, H, S};
+    CASE_BEGIN("nonfinite: %s, %g planted in %c row %lld", tu_dtype_name(dtype), val, what,
+               (long long)row);
+    tu_tensor q, k, v, out, dout, lse, g[2][3]; /* g[0]: CPU gradients, g[1]: device */
+    tu_alloc(&q, dtype, 4, qs, TU_CONTIG);
+    tu_alloc(&k, dtype, 4, ks, TU_CONTIG);
+    tu_alloc(&v, dtype, 4, ks, TU_CONTIG);
+    tu_alloc(&out, dtype, 4, qs, TU_CONTIG);
+    tu_alloc(&dout, dtype, 4, qs, TU_CONTIG);
+    tu_alloc(&lse, FA_DTYPE_F32, 3, ls, TU_CONTIG);
+    for (int r = 0; r < 2; r++) {
+        tu_alloc(&g[r][0], dtype, 4, qs, TU_CONTIG);
+        tu_alloc(&g[r][1], dtype, 4, ks, TU_CONTIG);
+        tu_alloc(&g[r][2], dtype, 4, ks, TU_CONTIG);
+    }
+    double *vals = bc_dalloc(S * H * D); /* tu_fill_normal's copy of the values, unused */
+    tu_fill_normal(&q, 1.0, vals);
+    tu_fill_normal(&k, 1.0, vals);
+    tu_fill_normal(&v, 1.0, vals);
+    tu_fill_normal(&dout, 1.0, vals);
+    free(vals);
+    tu_tensor *planted = what == 'q' ? &q : what == 'k' ? &k : what == 'v' ? &v : &dout;
+    const int64_t heads = what == 'k' || what == 'v' ? Hk : H;
+    tu_store(planted->buf, dtype, (row * heads + 0) * D + 3, val);
+
+    fa_params prm;
+    fa_params_init(&prm);
+    prm.causal = 1;
+    prm.window_left = 2;
+    fa_status st = fa_forward(NULL, &prm, &q.t, &k.t, &v.t, &out.t, &lse.t);
+    CHECK_MSG(st == FA_OK, "CPU forward: %s", fa_last_error_message());
+    st = fa_backward(NULL, &prm, &q.t, &k.t, &v.t, &out.t, &dout.t, &lse.t, &g[0][0].t, &g[0][1].t,
+                     &g[0][2].t);
+    CHECK_MSG(st == FA_OK, "CPU backward: %s", fa_last_error_message());
+    tu_tensor *dev[9] = {&q, &k, &v, &out, &dout, &lse, &g[1][0], &g[1][1], &g[1][2]};
+    for (int t = 0; t < 9; t++)
+        bc_upload(dev[t], g_dev);
+    st = fa_backward(NULL, &prm, &q.t, &k.t, &v.t, &out.t, &dout.t, &lse.t, &g[1][0].t, &g[1][1].t,
+                     &g[1][2].t);
+    CHECK_MSG(st == FA_OK, "device backward: %s", fa_last_error_message());
+    for (int t = 0; t < 9; t++)
+        bc_download(dev[t]);
+    long nonfinite = 0;
+    for (int t = 0; t < 3; t++) {
+        const int64_t n = g[0][t].numel;
+        double R = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const double c = tu_load(g[0][t].buf, dtype, i);
+            R = isfinite(c) && fabs(c) > R ? fabs(c) : R;
+        }
+        const double tol = dtype == FA_DTYPE_F32 ? 4e-5 * R : 4.0 * tu_ulp(dtype, R);
+        for (int64_t i = 0; i < n; i++) {
+            const double c = tu_load(g[0][t].buf, dtype, i), d = tu_load(g[1][t].buf, dtype, i);
+            nonfinite += !isfinite(c);
+            const int same = isfinite(c) ? isfinite(d) && fabs(c - d) <= tol
+                             : isnan(c)  ? isnan(d)
+                                         : c == d;
+            CHECK_MSG(same, "%s[%lld] (row %lld, head %lld, d %lld): device %g, CPU %g",
+                      bc_grad_names[t], (long long)i, (long long)(i / D / (t ? Hk : H)),
+                      (long long)(i / D % (t ? Hk : H)), (long long)(i % D), d, c);
+        }
+    }
+    /* the plant reached some gradient (else the case would test nothing) */
+    CHECK_MSG(nonfinite > 0, "no gradient element is non-finite");
+    tu_free(&q), tu_free(&k), tu_free(&v), tu_free(&out), tu_free(&dout), tu_free(&lse);
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 3; t++)
+            tu_free(&g[r][t]);
+    g_failed += !CASE_END();
+    g_cases++;
+}
+
+static void group_nonfinite(void) {
+    const long c0 = g_cases, f0 = g_failed;
+    for (int t = 0; t < 3; t++) {
+        nonfinite_case(k_dtypes[t], 'q', 5, NAN);
+        nonfinite_case(k_dtypes[t], 'k', 5, NAN);
+        nonfinite_case(k_dtypes[t], 'k', 5, INFINITY);
+        nonfinite_case(k_dtypes[t], 'k', 11, -INFINITY);
+        nonfinite_case(k_dtypes[t], 'v', 5, NAN);
+        nonfinite_case(k_dtypes[t], 'v', 0, INFINITY);
+        nonfinite_case(k_dtypes[t], 'o', 7, NAN);
+    }
+    group_line("nonfinite", c0, f0);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Errors: a clear status, and no byte of any device buffer changed.
  * ------------------------------------------------------------------------------------------- */
 
@@ -338,6 +436,7 @@ int main(void) {
     group_features();
     group_layouts();
     group_varlen();
+    group_nonfinite();
     group_determinism();
 
     for (int t = 0; t < 3; t++) {
