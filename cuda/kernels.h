@@ -63,6 +63,14 @@ cudaError_t fa__simple_backward(const fa__problem *p, const fa__bwd_rows_in *row
                                 const int32_t *cu_q_dev, const int32_t *cu_k_dev,
                                 cudaStream_t stream);
 
+/* Stage 2 (bwd_mma.cu): does the mma.sync backward handle p on a device of compute capability
+ * sm (10·major + minor)? Then fa__mma_backward computes dq of every query row and dk, dv of
+ * every key row inside a sequence, for fp16/bf16 p, from rows (fa__bwd_prepare), as
+ * fa__simple_backward would (deterministic, no atomics). */
+int fa__mma_bwd_supported(const fa__problem *p, int sm);
+cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
+                             const int32_t *cu_q_dev, const int32_t *cu_k_dev, cudaStream_t stream);
+
 /* Varlen (bwd_simple.cu): dq = 0 on the query rows and dk = dv = 0 on the key rows outside
  * every sequence, which neither backward writes. No-op for fixed length. */
 cudaError_t fa__bwd_clear_outside(const fa__problem *p, cudaStream_t stream);

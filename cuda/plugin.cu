@@ -283,9 +283,10 @@ static int run_forward(const fa__problem *p, int device, int sm, int d128_block_
     return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
 }
 
-/* The backward on the current device: zeroes the varlen rows outside every sequence, then Δ
- * and lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and dv. */
-static int run_backward(const fa__problem *p, int device, cudaStream_t stream, char *msg,
+/* The backward on the current device (compute capability sm): zeroes the varlen rows outside
+ * every sequence, then Δ and lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and
+ * dv by the stage-2 kernels where they apply, else stage 1. */
+static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t stream, char *msg,
                         size_t cap) {
     cudaError_t e = fa__bwd_clear_outside(p, stream);
     if (e != cudaSuccess)
@@ -312,11 +313,13 @@ static int run_backward(const fa__problem *p, int device, cudaStream_t stream, c
     const char *what = "fa__bwd_prepare";
     e = fa__bwd_prepare(p, &rows, cu_q_dev, stream);
     if (e == cudaSuccess) {
-        what = "fa__simple_backward";
-        e = fa__simple_backward(p, &rows, cu_q_dev, cu_k_dev, stream);
+        const int mma = fa__mma_bwd_supported(p, sm);
+        what = mma ? "fa__mma_backward" : "fa__simple_backward";
+        e = mma ? fa__mma_backward(p, &rows, cu_q_dev, cu_k_dev, stream)
+                : fa__simple_backward(p, &rows, cu_q_dev, cu_k_dev, stream);
     }
     if (e != cudaSuccess)
-        st = fail(e, msg, cap, "%s kernel launch on device %d", what, device);
+        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);
     st = free_after(&m, scratch, st, device, "backward scratch", msg, cap);
     return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
 }
@@ -357,7 +360,12 @@ static int plugin_backward(const fa__problem *p, int device, void *stream, char 
     int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    st = run_backward(p, device, (cudaStream_t)stream, msg, cap);
+    int sm;
+    const cudaError_t e = device_sm(device, &sm);
+    if (e != cudaSuccess)
+        st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
+    else
+        st = run_backward(p, device, sm, (cudaStream_t)stream, msg, cap);
     leave_device(device, &prev);
     return st;
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 // plugin_emu.cpp — the CUDA plug-in built from its own sources as a host library,
-// libfa_cuda_emu_plugin.so: cuda/plugin.cu as it is, cuda/fwd_simple.cu, fwd_mma.cu and
-// bwd_simple.cu as emu_kernel.cmake copies them (launches and the shared-memory array swapped for
-// the emulator's). The same entry point and ABI handshake, one emulated device. ctest runs the GPU
-// test suite (tests/test_cuda.c) against it through FA_CUDA_PLUGIN, so the plug-in's host code and
-// every kernel run without a GPU.
+// libfa_cuda_emu_plugin.so: cuda/plugin.cu as it is, cuda/fwd_simple.cu, fwd_mma.cu,
+// bwd_simple.cu and bwd_mma.cu as emu_kernel.cmake copies them (launches and the shared-memory
+// array swapped for the emulator's). The same entry point and ABI handshake, one emulated device.
+// ctest runs the GPU test suite (tests/test_cuda.c) against it through FA_CUDA_PLUGIN, so the
+// plug-in's host code and every kernel run without a GPU.
 #include "emu_runtime.h"
 
 #include "fwd_simple_emu.cu"
@@ -12,5 +12,7 @@
 #include "fwd_mma_emu.cu"
 
 #include "bwd_simple_emu.cu"
+
+#include "bwd_mma_emu.cu"
 
 #include "plugin.cu" /* cuda/plugin.cu, unchanged */
