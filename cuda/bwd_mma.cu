@@ -16,9 +16,8 @@
  *
  * Deterministic, no atomics: two kernels (the FA2 "split" scheme), each gradient element summed
  * by one thread in a fixed order. 4 warps a CTA, tiles XOR-swizzled and loaded by cp.async as in
- * fwd_mma.cu (whose helpers are repeated here with an fa_bwd_ prefix, so that both copies can
- * live in one translation unit of the emulated plug-in). Like the forward, a kernel runs every D
- * in (kD - 32, kD], with columns [D, kD) zero in shared memory.
+ * fwd_mma.cu (the helpers both share are in mma_tile.cuh). Like the forward, a kernel runs every
+ * D in (kD - 32, kD], with columns [D, kD) zero in shared memory.
  *
  * dK/dV kernel: one CTA per (64-key block, batch, KV head, column half). Warp w owns keys
  * [16w, 16w + 16) as the M dimension, so that Pᵀ and dSᵀ come out in accumulator layout and feed
@@ -55,6 +54,7 @@
 #include "flashattn.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "mma_tile.cuh"
 #include "philox.h"
 
 #include <cuda_runtime.h>
@@ -91,54 +91,6 @@ typedef struct fa_bwd_params {
     float drop_scale; /* 1 / (1 - dropout_p) */
     uint64_t drop_seed, drop_offset;
 } fa_bwd_params;
-
-/* Keys [fa_bwd_key_lo, fa_bwd_key_hi) are visible to query i (off = sk - sq), clamped to
- * [0, sk], as fwd_mma.cu draws the band. */
-static __device__ __forceinline__ int fa_bwd_key_lo(const fa_bwd_params &prm, int i, int off,
-                                                    int sk) {
-    return prm.window_left < 0 ? 0 : min(max(i + off - prm.window_left, 0), sk);
-}
-
-static __device__ __forceinline__ int fa_bwd_key_hi(const fa_bwd_params &prm, int i, int off,
-                                                    int sk) {
-    return prm.window_right < 0 ? sk : min(max(i + off + prm.window_right + 1, 0), sk);
-}
-
-/* Shared-memory row width (elements) for kD: whole 128-byte lines (fwd_mma.cu's). */
-static __host__ __device__ constexpr int fa_bwd_tile_width(int kd) {
-    return kd <= 64 ? 64 : kd <= 128 ? 128 : 256;
-}
-
-/* Byte offset of 16-byte chunk ch of row r in a swizzled [rows, kW] tile (fwd_mma.cu's fa_swz):
- * chunk bits 0..2 XORed with r % 8, so ldmatrix phases and cp.async rows are conflict-free. */
-template <int kW> static __device__ __forceinline__ uint32_t fa_bwd_swz(int r, int ch) {
-    return (uint32_t)(r * (kW * 2) + ((ch ^ (r & 7)) << 4));
-}
-
-/* fa_bwd_swz(R + lr, C + lc) given lane = fa_bwd_swz(lr, lc), lc in {0, 1}, R a multiple of 8
- * and C even. */
-template <int kW>
-static __device__ __forceinline__ uint32_t fa_bwd_swz_at(uint32_t lane, int R, int C) {
-    return (lane ^ ((C & 7) << 4)) + R * (kW * 2) + ((C & ~7) << 4);
-}
-
-/* Rows [0, n) and chunks [0, dch) of a swizzled [kRows, kW] tile from global (first row src,
- * row stride ss bytes) by cp.async; rows >= n and chunks >= dch zero-filled (n >= 1). Thread tid
- * copies chunk tid % kChunks of rows tid / kChunks + it·kRowStep. */
-template <int kRows, int kW>
-static __device__ __forceinline__ void fa_bwd_load_tile(uint32_t dst, const char *src, int64_t ss,
-                                                        int n, int dch, int tid) {
-    constexpr int kChunks = kW / 8, kRowStep = kBwdThreads / kChunks;
-    static_assert(kRows % kRowStep == 0, "whole passes");
-    const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
-    const char *first = src + r0 * ss + ch * 16;
-#pragma unroll
-    for (int it = 0; it < kRows / kRowStep; ++it) {
-        const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
-        fa_cp_async16(dst + fa_bwd_swz<kW>(r0 + it * kRowStep, ch),
-                      ok ? first + it * kRowStep * ss : src, ok);
-    }
-}
 
 /* Dropout's factor at row i, key j of head bh = b·H + h (rows and keys counted in the
  * sequence): 0 where the forward dropped P, else 1 / (1 - dropout_p); 1 without dropout. */
@@ -187,23 +139,13 @@ template <bool kBf16> static __device__ __forceinline__ bool fa_bwd_nonfinite(co
     return (any & 0x80008000u) != 0;
 }
 
-/* The 8 fp16/bf16 values of a 16-byte chunk, as fp32. */
-template <bool kBf16>
-static __device__ __forceinline__ void fa_bwd_chunk_f32(const char *src, float (&x)[8]) {
-    const uint4 c = *(const uint4 *)src;
-    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-        x[e] = fa_to_f32<kBf16>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
-}
-
 /* Σ a_d·b_d over the first dch chunks of two rows, in d order. */
 template <bool kBf16> static __device__ float fa_bwd_dot(const char *a, const char *b, int dch) {
     float s = 0.0f;
     for (int ch = 0; ch < dch; ++ch) {
         float ax[8], bx[8];
-        fa_bwd_chunk_f32<kBf16>(a + 16 * ch, ax);
-        fa_bwd_chunk_f32<kBf16>(b + 16 * ch, bx);
+        fa_chunk_f32<kBf16>(a + 16 * ch, ax);
+        fa_chunk_f32<kBf16>(b + 16 * ch, bx);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
             s = fmaf(ax[e], bx[e], s);
@@ -232,8 +174,7 @@ static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, 
                                        int sq, int sk, int64_t row0, float slope_l2, int tid) {
     const int off = sk - sq, D = 8 * prm.dch;
     for (int r = tid; r < kBwdRows && i0 + r < sq; r += kBwdThreads) {
-        const int i = i0 + r, lo = fa_bwd_key_lo(prm, i, off, sk),
-                  hi = fa_bwd_key_hi(prm, i, off, sk);
+        const int i = i0 + r, lo = fa_key_lo(prm, i, off, sk), hi = fa_key_hi(prm, i, off, sk);
         const float lse2 = prm.lse2[row0 + i], delta = prm.delta[row0 + i];
         const char *qi = q + r * prm.q_ss, *oi = dout + r * prm.do_ss;
         auto acc = [&](int d) { return (float *)(smem + 4 * (d * kBwdRows + r)); };
@@ -248,7 +189,7 @@ static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, 
             ds = fa_bwd_round<kBf16>(ds);
             for (int ch = 0; ch < prm.dch; ++ch) {
                 float kx[8];
-                fa_bwd_chunk_f32<kBf16>(k + j * prm.k_ss + 16 * ch, kx);
+                fa_chunk_f32<kBf16>(k + j * prm.k_ss + 16 * ch, kx);
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
                     *acc(8 * ch + e) += ds * kx[e];
@@ -286,7 +227,7 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
             const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
             for (int i = i_lo; i < i_hi; ++i) {
                 const float lse2 = prm.lse2[row0 + i];
-                if (j < fa_bwd_key_lo(prm, i, off, sk) || j >= fa_bwd_key_hi(prm, i, off, sk) ||
+                if (j < fa_key_lo(prm, i, off, sk) || j >= fa_key_hi(prm, i, off, sk) ||
                     lse2 == INFINITY)
                     continue;
                 const char *qi = prm.q + b * prm.q_sb + (int64_t)(rq + i) * prm.q_ss + h * prm.q_sh;
@@ -301,8 +242,8 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
                 ds = fa_bwd_round<kBf16>(ds);
                 for (int c = c0; c < ce; c += 8) {
                     float qx[8], ox[8];
-                    fa_bwd_chunk_f32<kBf16>(qi + 2 * c, qx);
-                    fa_bwd_chunk_f32<kBf16>(oi + 2 * c, ox);
+                    fa_chunk_f32<kBf16>(qi + 2 * c, qx);
+                    fa_chunk_f32<kBf16>(oi + 2 * c, ox);
 #pragma unroll
                     for (int e = 0; e < 8; ++e) {
                         *acc(c - c0 + e, 0) += ds * qx[e];
@@ -328,7 +269,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
     __trap(); // never launched: fa__mma_bwd_supported() needs sm >= 80
     return;
 #endif
-    constexpr int kW = fa_bwd_tile_width(kD), kRowBytes = kW * 2;
+    constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kNT = kBlockM / 8;   // n8 tiles of Sᵀ (queries)
     constexpr int kCT = kCols / 8;     // n8 tiles of dK, dV (columns)
     constexpr int kSplit = kD / kCols; // column parts
@@ -344,11 +285,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
      *   Q, dO (B, 16 queries x 16 d): m = queries 0-7 x d 0-7 | 8-15, then queries 8-15
      *   Q, dO (B, 16 queries x 16 columns, transposed): m = queries 0-7 | 8-15 x cols 0-7,
      *   then x cols 8-15 */
-    const uint32_t lane_a = fa_opaque(fa_bwd_swz<kW>(16 * warp + (lane & 15), lane >> 4));
-    const uint32_t lane_b =
-        fa_opaque(fa_bwd_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1));
-    const uint32_t lane_t =
-        fa_opaque(fa_bwd_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4));
+    const uint32_t lane_a = fa_opaque(fa_swz<kW>(16 * warp + (lane & 15), lane >> 4));
+    const uint32_t lane_b = fa_opaque(fa_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1));
+    const uint32_t lane_t = fa_opaque(fa_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4));
 
     const int half = (int)(blockIdx.x % kSplit), c0 = half * kCols;
     const unsigned rest = blockIdx.x / kSplit, bhk = rest / prm.nblk;
@@ -377,10 +316,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         const unsigned h = hk * prm.group + it / nqb;
         const int i0 = (qb_first + it % nqb) * kBlockM;
         const uint32_t sQ = sK + 2 * kKVBytes + (it & 1) * 2 * kQBytes;
-        fa_bwd_load_tile<kBlockM, kW>(
+        fa_load_tile<kBlockM, kW, kBwdThreads>(
             sQ, prm.q + b * prm.q_sb + (int64_t)(rq + i0) * prm.q_ss + h * prm.q_sh, prm.q_ss,
             sq - i0, prm.dch, tid);
-        fa_bwd_load_tile<kBlockM, kW>(
+        fa_load_tile<kBlockM, kW, kBwdThreads>(
             sQ + kQBytes, prm.dout + b * prm.do_sb + (int64_t)(rq + i0) * prm.do_ss + h * prm.do_sh,
             prm.do_ss, sq - i0, prm.dch, tid);
     };
@@ -393,8 +332,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
             acc_dk[ct][e] = acc_dv[ct][e] = 0.0f;
 
     if (steps > 0) {
-        fa_bwd_load_tile<kBwdKeys, kW>(sK, k, prm.k_ss, sk - j0, prm.dch, tid);
-        fa_bwd_load_tile<kBwdKeys, kW>(sV, v, prm.v_ss, sk - j0, prm.dch, tid);
+        fa_load_tile<kBwdKeys, kW, kBwdThreads>(sK, k, prm.k_ss, sk - j0, prm.dch, tid);
+        fa_load_tile<kBwdKeys, kW, kBwdThreads>(sV, v, prm.v_ss, sk - j0, prm.dch, tid);
         load_q(0);
         fa_cp_async_commit();
     }
@@ -405,8 +344,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         const unsigned h = hk * prm.group + it / nqb;
         const int i0 = (qb_first + it % nqb) * kBlockM, i_last = i0 + kBlockM - 1;
         const bool edge = i_last >= sq || j0 + kBwdKeys > sk ||
-                          fa_bwd_key_lo(prm, i_last, off, sk) > j0 ||
-                          fa_bwd_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
+                          fa_key_lo(prm, i_last, off, sk) > j0 ||
+                          fa_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
         /* opaque: no address arithmetic shared with the key loop, held across it */
         const int64_t at = fa_opaque((int64_t)(rq + i0));
         const char *q = prm.q + b * prm.q_sb + at * prm.q_ss + h * prm.q_sh;
@@ -459,15 +398,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
             uint32_t ka[4], va[4]; // A: K, V[16 keys, 16 d]
-            fa_ldsm_x4(ka, sK + fa_bwd_swz_at<kW>(la, 0, 2 * kk));
-            fa_ldsm_x4(va, sV + fa_bwd_swz_at<kW>(la, 0, 2 * kk));
+            fa_ldsm_x4(ka, sK + fa_swz_at<kW>(la, 0, 2 * kk));
+            fa_ldsm_x4(va, sV + fa_swz_at<kW>(la, 0, 2 * kk));
 #pragma unroll
             for (int nt = 0; nt < kNT; nt += 2) {
                 uint32_t qb[4], ob[4]; // B: Q, dO[16 queries, 16 d] = two n8 x two k halves
-                fa_ldsm_x4(qb, sQ + fa_bwd_swz_at<kW>(lb, nt * 8, 2 * kk));
+                fa_ldsm_x4(qb, sQ + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
                 fa_mma16816<kBf16>(st[nt], ka, qb[0], qb[1]);
                 fa_mma16816<kBf16>(st[nt + 1], ka, qb[2], qb[3]);
-                fa_ldsm_x4(ob, sO + fa_bwd_swz_at<kW>(lb, nt * 8, 2 * kk));
+                fa_ldsm_x4(ob, sO + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
                 fa_mma16816<kBf16>(dpt[nt], va, ob[0], ob[1]);
                 fa_mma16816<kBf16>(dpt[nt + 1], va, ob[2], ob[3]);
             }
@@ -477,8 +416,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
          * query nt·8 + 2t + e % 2. The band's mask only where the block pair straddles it. */
         const int i_last = i0 + kBlockM - 1;
         const bool edge = i_last >= sq || j0 + kBwdKeys > sk ||
-                          fa_bwd_key_lo(prm, i_last, off, sk) > j0 ||
-                          fa_bwd_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
+                          fa_key_lo(prm, i_last, off, sk) > j0 ||
+                          fa_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
         const float slope_l2 =
             prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_BWD_LOG2E_F : 0.0f;
         const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
@@ -492,8 +431,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
                 const int i = i0 + nt * 8 + 2 * t + e;
                 const float lse2 = i < sq ? prm.lse2[row0 + i] : INFINITY;
                 const float delta = i < sq ? prm.delta[row0 + i] : 0.0f;
-                const int lo = edge ? fa_bwd_key_lo(prm, i, off, sk) : 0;
-                const int hi = edge ? fa_bwd_key_hi(prm, i, off, sk) : sk;
+                const int lo = edge ? fa_key_lo(prm, i, off, sk) : 0;
+                const int hi = edge ? fa_key_hi(prm, i, off, sk) : sk;
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
                     const int j = jw + 8 * hf;
@@ -522,10 +461,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
 #pragma unroll
             for (int ct = 0; ct < kCT; ct += 2) {
                 uint32_t ob[4], qb[4]; // B: dO, Q[16 queries, 16 columns], transposed
-                fa_ldsm_x4_trans(ob, sO + fa_bwd_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
+                fa_ldsm_x4_trans(ob, sO + fa_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
                 fa_mma16816<kBf16>(acc_dv[ct], pa, ob[0], ob[1]);
                 fa_mma16816<kBf16>(acc_dv[ct + 1], pa, ob[2], ob[3]);
-                fa_ldsm_x4_trans(qb, sQ + fa_bwd_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
+                fa_ldsm_x4_trans(qb, sQ + fa_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
                 fa_mma16816<kBf16>(acc_dk[ct], da, qb[0], qb[1]);
                 fa_mma16816<kBf16>(acc_dk[ct + 1], da, qb[2], qb[3]);
             }
@@ -562,7 +501,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
     __trap(); // never launched: fa__mma_bwd_supported() needs sm >= 80
     return;
 #endif
-    constexpr int kW = fa_bwd_tile_width(kD), kRowBytes = kW * 2;
+    constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kNT = kBlockN / 8; // n8 tiles of S (keys)
     constexpr int kDT = kD / 8;      // n8 tiles of dQ
     constexpr uint32_t kQBytes = kBwdRows * kRowBytes, kKVBytes = kBlockN * kRowBytes;
@@ -574,11 +513,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     /* ldmatrix row addresses (fwd_mma.cu's): Q, dO as A (this warp's 16 rows); K, V as B;
      * K as B transposed (16 keys x 16 d), like V in the forward. */
-    const uint32_t lane_a = fa_opaque(fa_bwd_swz<kW>(16 * warp + (lane & 15), lane >> 4));
-    const uint32_t lane_b =
-        fa_opaque(fa_bwd_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1));
-    const uint32_t lane_t =
-        fa_opaque(fa_bwd_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4));
+    const uint32_t lane_a = fa_opaque(fa_swz<kW>(16 * warp + (lane & 15), lane >> 4));
+    const uint32_t lane_b = fa_opaque(fa_swz<kW>(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1));
+    const uint32_t lane_t = fa_opaque(fa_swz<kW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4));
 
     const int m_block = prm.nblk - 1 - (int)(blockIdx.x % prm.nblk); // heaviest first
     const unsigned bh = blockIdx.x / prm.nblk, b = bh / prm.H, h = bh % prm.H;
@@ -589,9 +526,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
     if (i0 >= sq)
         return;
     const int off = sk - sq, i_last = min(i0 + kBwdRows, sq) - 1;
-    const int j_lo = fa_bwd_key_lo(prm, i0, off, sk), j_hi = fa_bwd_key_hi(prm, i_last, off, sk);
-    const int lo_last = fa_bwd_key_lo(prm, i_last, off, sk);
-    const int hi_first = fa_bwd_key_hi(prm, i0, off, sk);
+    const int j_lo = fa_key_lo(prm, i0, off, sk), j_hi = fa_key_hi(prm, i_last, off, sk);
+    const int lo_last = fa_key_lo(prm, i_last, off, sk);
+    const int hi_first = fa_key_hi(prm, i0, off, sk);
     const int n_min = j_lo / kBlockN, n_end = j_hi > j_lo ? (j_hi + kBlockN - 1) / kBlockN : n_min;
 
     const unsigned hk = h / prm.group;
@@ -601,9 +538,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
     auto load_kv = [&](int n, int s) {
         const int jn = n * kBlockN;
         const uint32_t sK = sQ + 2 * kQBytes + s * 2 * kKVBytes;
-        fa_bwd_load_tile<kBlockN, kW>(sK, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch, tid);
-        fa_bwd_load_tile<kBlockN, kW>(sK + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn, prm.dch,
-                                      tid);
+        fa_load_tile<kBlockN, kW, kBwdThreads>(sK, k + jn * prm.k_ss, prm.k_ss, sk - jn, prm.dch,
+                                               tid);
+        fa_load_tile<kBlockN, kW, kBwdThreads>(sK + kKVBytes, v + jn * prm.v_ss, prm.v_ss, sk - jn,
+                                               prm.dch, tid);
     };
 
     /* This lane's rows g, g + 8 of the warp: band, lse2, Δ (rows past sq: none, P = 0). */
@@ -613,8 +551,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int i = irow[hf] = i0 + 16 * warp + g + 8 * hf;
-        lo[hf] = fa_bwd_key_lo(prm, i, off, sk);
-        hi[hf] = fa_bwd_key_hi(prm, i, off, sk);
+        lo[hf] = fa_key_lo(prm, i, off, sk);
+        hi[hf] = fa_key_hi(prm, i, off, sk);
         lse2[hf] = i < sq ? prm.lse2[row0 + i] : INFINITY;
         delta[hf] = i < sq ? prm.delta[row0 + i] : 0.0f;
     }
@@ -632,8 +570,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         const char *q = prm.q + b * prm.q_sb + (int64_t)(rq + i0) * prm.q_ss + h * prm.q_sh;
         const char *dout =
             prm.dout + b * prm.do_sb + (int64_t)(rq + i0) * prm.do_ss + h * prm.do_sh;
-        fa_bwd_load_tile<kBwdRows, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
-        fa_bwd_load_tile<kBwdRows, kW>(sO, dout, prm.do_ss, sq - i0, prm.dch, tid);
+        fa_load_tile<kBwdRows, kW, kBwdThreads>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
+        fa_load_tile<kBwdRows, kW, kBwdThreads>(sO, dout, prm.do_ss, sq - i0, prm.dch, tid);
         load_kv(n_min, 0);
         fa_cp_async_commit();
     }
@@ -683,15 +621,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
             uint32_t qa[4], oa[4]; // A: Q, dO[16 rows, 16 d]
-            fa_ldsm_x4(qa, sQ + fa_bwd_swz_at<kW>(la, 0, 2 * kk));
-            fa_ldsm_x4(oa, sO + fa_bwd_swz_at<kW>(la, 0, 2 * kk));
+            fa_ldsm_x4(qa, sQ + fa_swz_at<kW>(la, 0, 2 * kk));
+            fa_ldsm_x4(oa, sO + fa_swz_at<kW>(la, 0, 2 * kk));
 #pragma unroll
             for (int nt = 0; nt < kNT; nt += 2) {
                 uint32_t kb[4], vb[4]; // B: K, V[16 keys, 16 d] = two n8 x two k halves
-                fa_ldsm_x4(kb, sK + fa_bwd_swz_at<kW>(lb, nt * 8, 2 * kk));
+                fa_ldsm_x4(kb, sK + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
                 fa_mma16816<kBf16>(s[nt], qa, kb[0], kb[1]);
                 fa_mma16816<kBf16>(s[nt + 1], qa, kb[2], kb[3]);
-                fa_ldsm_x4(vb, sV + fa_bwd_swz_at<kW>(lb, nt * 8, 2 * kk));
+                fa_ldsm_x4(vb, sV + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
                 fa_mma16816<kBf16>(dp[nt], oa, vb[0], vb[1]);
                 fa_mma16816<kBf16>(dp[nt + 1], oa, vb[2], vb[3]);
             }
@@ -729,7 +667,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
 #pragma unroll
             for (int dt = 0; dt < kDT; dt += 2) {
                 uint32_t kb[4]; // B: K[16 keys, 16 d], transposed
-                fa_ldsm_x4_trans(kb, sK + fa_bwd_swz_at<kW>(lt, kk * 16, dt));
+                fa_ldsm_x4_trans(kb, sK + fa_swz_at<kW>(lt, kk * 16, dt));
                 fa_mma16816<kBf16>(acc_dq[dt], da, kb[0], kb[1]);
                 fa_mma16816<kBf16>(acc_dq[dt + 1], da, kb[2], kb[3]);
             }
@@ -783,7 +721,7 @@ static cudaError_t fa_bwd_launch(K kernel, const fa_bwd_params &prm, int64_t blo
 template <int kD, bool kBf16>
 static cudaError_t fa_bwd_launch_kd(fa_bwd_params prm, int nkb, int64_t kv_blocks, int nqb,
                                     int64_t q_blocks, cudaStream_t stream) {
-    constexpr int kW = fa_bwd_tile_width(kD), kRowsM = fa_bwd_dkdv_rows(kD);
+    constexpr int kW = fa_tile_width(kD), kRowsM = fa_bwd_dkdv_rows(kD);
     constexpr int kCols = fa_bwd_dkdv_cols(kD), kKeysN = fa_bwd_dq_keys(kD);
     cudaError_t err = cudaSuccess;
     if (kv_blocks > 0) {
@@ -805,19 +743,6 @@ static cudaError_t fa_bwd_launch_as(bool bf16, const fa_bwd_params &prm, int nkb
     return bf16 ? fa_bwd_launch_kd<kD, true>(prm, nkb, kv_blocks, nqb, q_blocks, stream)
                 : fa_bwd_launch_kd<kD, false>(prm, nkb, kv_blocks, nqb, q_blocks, stream);
 }
-
-/* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection
- * (fwd_mma.cu's fa_mma_view_ok). */
-static int fa_bwd_view_ok(const fa__view *x, int32_t dtype) {
-    return x->dtype == dtype && x->sd == 1 && x->ss % 8 == 0 && x->sh % 8 == 0 && x->sb % 8 == 0 &&
-           ((uintptr_t)x->data & 15) == 0 && !x->row_off && !x->block_table && !x->batch_idx;
-}
-
-/* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */
-enum { kBwdMaxLen = 1 << 29, kBwdMaxWindow = 1 << 30 };
-
-/* The kernels' head dim for D: the multiple of 32 they run in (D zero-padded up to it). */
-static int fa_bwd_kd(int64_t D) { return (int)(D + 31) / 32 * 32; }
 
 /* The longest query and key sequences: the grid's blocks per (batch, head). */
 static void fa_bwd_max_len(const fa__problem *p, int64_t *sq, int64_t *sk) {
@@ -843,7 +768,7 @@ int fa__mma_bwd_supported(const fa__problem *p, int sm) {
         return 0;
     const fa__view *views[] = {&p->q, &p->k, &p->v, &p->out, &p->dout, &p->dq, &p->dk, &p->dv};
     for (int i = 0; i < 8; ++i)
-        if (!fa_bwd_view_ok(views[i], dt))
+        if (!fa_mma_view_ok(views[i], dt))
             return 0;
     if (!isfinite(p->scale) ||
         (p->softcap > 0.0f && !isfinite(2.0f * FA_BWD_LOG2E_F * (p->scale / p->softcap))))
@@ -852,7 +777,7 @@ int fa__mma_bwd_supported(const fa__problem *p, int sm) {
         return 0;
     int64_t sq, sk;
     fa_bwd_max_len(p, &sq, &sk);
-    if (sq > kBwdMaxLen || sk > kBwdMaxLen)
+    if (sq > kMaxLen || sk > kMaxLen)
         return 0;
     /* The grids are one dimension: (query blocks x B x H) and (key blocks x B x Hk x 2). */
     const int64_t nqb = (sq + kBwdRows - 1) / kBwdRows, nkb = (sk + kBwdKeys - 1) / kBwdKeys;
@@ -897,8 +822,8 @@ cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
     prm.nblk = 0;
     prm.dch = (int)(p->D / 8);
     /* A window wider than any |i + off - j| is unbounded either way. */
-    prm.window_left = p->window_left > kBwdMaxWindow ? kBwdMaxWindow : p->window_left;
-    prm.window_right = p->window_right > kBwdMaxWindow ? kBwdMaxWindow : p->window_right;
+    prm.window_left = p->window_left > kMaxWindow ? kMaxWindow : p->window_left;
+    prm.window_right = p->window_right > kMaxWindow ? kMaxWindow : p->window_right;
     prm.scale = p->scale;
     prm.scale_l2 = p->scale * FA_BWD_LOG2E_F;
     prm.softcap_in = p->softcap > 0.0f ? 2.0f * FA_BWD_LOG2E_F * (p->scale / p->softcap) : 0.0f;
@@ -910,7 +835,7 @@ cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
 
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     const int ikb = (int)nkb, iqb = (int)nqb;
-    switch (fa_bwd_kd(p->D)) {
+    switch (fa_mma_kd(p->D)) {
     case 32:
         return fa_bwd_launch_as<32>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 64:

@@ -48,6 +48,7 @@
 #include "flashattn.h"
 #include "kernels.h"
 #include "mma.cuh"
+#include "mma_tile.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -77,73 +78,9 @@ typedef struct fa_mma_params {
     float softcap_l2; /* c·log2(e); 0 = off */
 } fa_mma_params;
 
-/* Keys [fa_key_lo, fa_key_hi) are visible to query i (off = sk - sq), clamped to [0, sk].
- * No overflow: i + off < 2^29 + 128 (ragged rows included) and windows are <= 2^30. */
-static __device__ __forceinline__ int fa_key_lo(const fa_mma_params &prm, int i, int off, int sk) {
-    return prm.window_left < 0 ? 0 : min(max(i + off - prm.window_left, 0), sk);
-}
-
-static __device__ __forceinline__ int fa_key_hi(const fa_mma_params &prm, int i, int off, int sk) {
-    return prm.window_right < 0 ? sk : min(max(i + off + prm.window_right + 1, 0), sk);
-}
-
-/* Shared-memory row width (elements) of the kernel for kD: whole 128-byte lines, and 8, 16 or 32
- * chunks a row so that fa_load_tile's passes cover whole rows. */
-static __host__ __device__ constexpr int fa_tile_width(int kd) {
-    return kd <= 64 ? 64 : kd <= 128 ? 128 : 256;
-}
-
 /* Query rows per CTA of the kernel for kD: 128 (two m16 tiles a warp) up to 128; 64 above,
  * where O alone is up to 128 fp32 a thread at one m16 tile a warp. */
 static __host__ __device__ constexpr int fa_block_m(int kd) { return kd > 128 ? 64 : 128; }
-
-/* Byte offset of 16-byte chunk ch of row r in a [rows, kW] tile of 2-byte elements (kW, the
- * row width: 64, 128 or 256): chunk bits 0..2 are XORed with r % 8, so the 8 rows one ldmatrix
- * phase reads (same logical chunk) and the 8 chunks one cp.async phase writes (same row) hit 8
- * different bank groups. */
-template <int kW> static __device__ __forceinline__ uint32_t fa_swz(int r, int ch) {
-    return (uint32_t)(r * (kW * 2) + ((ch ^ (r & 7)) << 4));
-}
-
-/* fa_swz(R + lr, C + lc) for ldmatrix, given lane = fa_swz(lr, lc) of the lane's own row lr
- * and chunk lc in {0, 1}: with R a multiple of 8 and C even (compile-time after unrolling), the
- * swizzle is one XOR of lane with (C % 8) << 4, as rows are multiples of 128 bytes. */
-template <int kW>
-static __device__ __forceinline__ uint32_t fa_swz_at(uint32_t lane, int R, int C) {
-    return (lane ^ ((C & 7) << 4)) + R * (kW * 2) + ((C & ~7) << 4);
-}
-
-/* Tile loads: 16-byte cp.async into a swizzled [kRows, kW] tile; a pass of the CTA covers
- * kRowStep whole rows, consecutive threads along a row: thread tid copies chunk tid % kChunks of
- * rows tid / kChunks + it·kRowStep. fa_copy_at is the shared-memory offset of copy it. */
-template <int kW> static __device__ __forceinline__ uint32_t fa_copy_at(int tid, int it) {
-    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && (kRowStep % 8 == 0 || 8 % kRowStep == 0),
-                  "a pass must cover whole rows: a multiple of 8 of them, or a divisor of 8");
-    const int r0 = tid / kChunks, ch = tid % kChunks;
-    /* Rows r0 + it·kRowStep share r0 % 8 when kRowStep is a multiple of 8 (the swizzle folds to
-     * a constant offset); else it cycles with it, known after unrolling. */
-    return kRowStep % 8 == 0 ? fa_swz<kW>(r0, ch) + it * kRowStep * (kW * 2)
-                             : fa_swz<kW>(r0 + it * kRowStep, ch);
-}
-
-/* Rows [0, n) and chunks [0, dch) (elements [0, 8·dch)) of a [kRows, kW] tile from global
- * (first row src, row stride ss bytes) into the tile at dst; rows >= n and chunks >= dch
- * zero-filled (n >= 1). Each copy selects its source between its row and a row that exists.
- * Q and the first K/V block loaded use it; fa_load_block loads the others. */
-template <int kRows, int kW>
-static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *src, int64_t ss,
-                                                    int n, int dch, int tid) {
-    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
-    static_assert(kRows % kRowStep == 0, "whole passes");
-    const int r0 = tid / kChunks, ch = tid % kChunks, rows = ch < dch ? n - r0 : 0;
-    const char *first = src + r0 * ss + ch * 16;
-#pragma unroll
-    for (int it = 0; it < kRows / kRowStep; ++it) {
-        const bool ok = it * kRowStep < rows; // else zero-fill, from a row that exists
-        fa_cp_async16(dst + fa_copy_at<kW>(tid, it), ok ? first + it * kRowStep * ss : src, ok);
-    }
-}
 
 /* The source of thread tid's first copy in a whole [kRows, kW] tile at src (row stride ss
  * bytes), for fa_load_block: its row tid / kChunks, its chunk, or chunk 0 of that row when the
@@ -166,7 +103,7 @@ static __device__ __forceinline__ void fa_load_block(uint32_t dst, const char *f
     static_assert(kRows % kRowStep == 0, "whole passes");
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it)
-        fa_cp_async16(dst + fa_copy_at<kW>(tid, it), first + it * kRowStep * ss,
+        fa_cp_async16(dst + fa_copy_at<kW, kThreads>(tid, it), first + it * kRowStep * ss,
                       tid % kChunks < dch);
 }
 
@@ -191,17 +128,6 @@ static __device__ __forceinline__ bool fa_block_nonfinite(const char *v, int64_t
         }
     }
     return (any & 0x80008000u) != 0;
-}
-
-/* The 8 fp16/bf16 values of a 16-byte chunk, as fp32. */
-template <bool kBf16>
-static __device__ __forceinline__ void fa_chunk_f32(const char *src, float (&x)[8]) {
-    const uint4 c = *(const uint4 *)src;
-    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        x[e] = fa_to_f32<kBf16>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
-    }
 }
 
 /* The CTA's rows, one thread a row, one key at a time (the arithmetic of cuda/fwd_row.h on this
@@ -346,11 +272,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
 
     const int j_last = max(n_end - 1, 0) * kBlockN; // the last block's first key (0: empty band)
     if (n_end > n_min) {
-        fa_load_tile<kBlockM, kW>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes, k + j_last * prm.k_ss, prm.k_ss, sk - j_last,
-                                  prm.dch, tid);
-        fa_load_tile<kBlockN, kW>(sQ + kQBytes + kKVBytes, v + j_last * prm.v_ss, prm.v_ss,
-                                  sk - j_last, prm.dch, tid);
+        fa_load_tile<kBlockM, kW, kThreads>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
+        fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes, k + j_last * prm.k_ss, prm.k_ss,
+                                            sk - j_last, prm.dch, tid);
+        fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes + kKVBytes, v + j_last * prm.v_ss,
+                                            prm.v_ss, sk - j_last, prm.dch, tid);
         fa_cp_async_commit();
     }
     /* A NaN or an infinity of V at a key some row of the CTA cannot see would reach that row
@@ -616,18 +542,6 @@ static cudaError_t fa_mma_launch_as(bool bf16, const fa_mma_params &prm, int64_t
     return bf16 ? fa_mma_launch<kD, fa_block_m(kD), kBlockN, true>(prm, blocks, stream)
                 : fa_mma_launch<kD, fa_block_m(kD), kBlockN, false>(prm, blocks, stream);
 }
-
-/* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection. */
-static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
-    return x->dtype == dtype && x->sd == 1 && x->ss % 8 == 0 && x->sh % 8 == 0 && x->sb % 8 == 0 &&
-           ((uintptr_t)x->data & 15) == 0 && !x->row_off && !x->block_table && !x->batch_idx;
-}
-
-/* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */
-enum { kMaxLen = 1 << 29, kMaxWindow = 1 << 30 };
-
-/* The kernel's head dim for D: the multiple of 32 it runs in (D is zero-padded up to it). */
-static int fa_mma_kd(int64_t D) { return (int)(D + 31) / 32 * 32; }
 
 /* Query rows per CTA for D: those of the kernel that runs it. */
 static int fa_mma_block_m(int64_t D) { return fa_block_m(fa_mma_kd(D)); }
