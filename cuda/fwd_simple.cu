@@ -8,18 +8,7 @@
  */
 #include "fwd_row.h"
 #include "kernels.h"
-
-enum { FA_SIMPLE_THREADS = 128 };
-
-/* Blocks for n > 0 tasks, one per thread, capped at the gridDim.x limit. */
-static unsigned fa__blocks(int64_t n) {
-    const int64_t blocks = (n + FA_SIMPLE_THREADS - 1) / FA_SIMPLE_THREADS;
-    return (unsigned)(blocks < 0x7fffffff ? blocks : 0x7fffffff);
-}
-
-/* The first task of this thread and the step to its next. */
-#define FA_TASK_FIRST ((int64_t)blockIdx.x * blockDim.x + threadIdx.x)
-#define FA_TASK_STEP ((int64_t)gridDim.x * blockDim.x)
+#include "simple_grid.cuh"
 
 static __global__ void __launch_bounds__(FA_SIMPLE_THREADS)
     simple_forward_kernel(const fa__problem p, const int32_t *cu_q, const int32_t *cu_k,
@@ -46,7 +35,7 @@ extern "C" cudaError_t fa__simple_forward(const fa__problem *p, const int32_t *c
     const int64_t rows = fa__fwd_rows(p);
     if (rows == 0)
         return cudaSuccess;
-    simple_forward_kernel<<<fa__blocks(rows * p->H), FA_SIMPLE_THREADS, 0, stream>>>(
+    simple_forward_kernel<<<fa__simple_blocks(rows * p->H), FA_SIMPLE_THREADS, 0, stream>>>(
         *p, cu_q_dev, cu_k_dev, rows);
     return cudaGetLastError();
 }
@@ -55,8 +44,8 @@ extern "C" cudaError_t fa__clear_outside(const fa__problem *p, cudaStream_t stre
     const int64_t n = fa__clear_tasks(p);
     if (n == 0)
         return cudaSuccess;
-    clear_outside_kernel<<<fa__blocks(n), FA_SIMPLE_THREADS, 0, stream>>>(*p, p->cu_q[0],
-                                                                          p->cu_q[p->B], n);
+    clear_outside_kernel<<<fa__simple_blocks(n), FA_SIMPLE_THREADS, 0, stream>>>(*p, p->cu_q[0],
+                                                                                 p->cu_q[p->B], n);
     return cudaGetLastError();
 }
 
@@ -64,6 +53,6 @@ extern "C" cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_
     const int64_t n = fa__mask_tasks(p);
     if (n == 0)
         return cudaSuccess;
-    dropout_mask_kernel<<<fa__blocks(n), FA_SIMPLE_THREADS, 0, stream>>>(*p, n);
+    dropout_mask_kernel<<<fa__simple_blocks(n), FA_SIMPLE_THREADS, 0, stream>>>(*p, n);
     return cudaGetLastError();
 }

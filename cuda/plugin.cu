@@ -222,13 +222,18 @@ static cudaError_t mem_free(const fa_stream_mem *m, void *ptr) {
     return !ptr ? cudaSuccess : m->pools ? cudaFreeAsync(ptr, m->stream) : cudaFree(ptr);
 }
 
-/* Varlen: a device copy of the host offsets cu_q and cu_k in *cu_dev ([2, B + 1], cu_q then
- * cu_k), freed with mem_free; fixed length: *cu_dev = NULL. From pageable memory the copies
- * return once the host arrays are read, so they may be reused as soon as the call returns
- * (plugin_abi.h). */
-static int upload_cu(const fa__problem *p, const fa_stream_mem *m, int device, int32_t **cu_dev,
+/* The device copies of a varlen problem's offsets: mem ([2, B + 1]: cu_q, then cu_k; freed
+ * with mem_free), q and k pointing into it; all NULL for fixed length. */
+typedef struct fa_cu_dev {
+    int32_t *mem;
+    const int32_t *q, *k;
+} fa_cu_dev;
+
+/* Copies the host offsets cu_q and cu_k into *cu. From pageable memory the copies return once
+ * the host arrays are read, so they may be reused as soon as the call returns (plugin_abi.h). */
+static int upload_cu(const fa__problem *p, const fa_stream_mem *m, int device, fa_cu_dev *cu_dev,
                      char *msg, size_t cap) {
-    *cu_dev = NULL;
+    cu_dev->mem = NULL, cu_dev->q = cu_dev->k = NULL;
     if (!p->cu_q)
         return FA_OK;
     const size_t ncu = (size_t)(p->B + 1), cu_bytes = ncu * sizeof(int32_t);
@@ -245,7 +250,7 @@ static int upload_cu(const fa__problem *p, const fa_stream_mem *m, int device, i
         (void)mem_free(m, cu);
         return st;
     }
-    *cu_dev = cu;
+    cu_dev->mem = cu, cu_dev->q = cu, cu_dev->k = cu + ncu;
     return FA_OK;
 }
 
@@ -269,18 +274,17 @@ static int run_forward(const fa__problem *p, int device, int sm, int d128_block_
     if (fa__fwd_rows(p) == 0)
         return FA_OK;
     const fa_stream_mem m = stream_mem(device, stream);
-    int32_t *cu_dev; // cu_dev: [2, B + 1], cu_q then cu_k
-    int st = upload_cu(p, &m, device, &cu_dev, msg, cap);
+    fa_cu_dev cu;
+    int st = upload_cu(p, &m, device, &cu, msg, cap);
     if (st != FA_OK)
         return st;
-    const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + p->B + 1 : NULL;
     const int mma = fa__mma_supported(p, sm);
-    e = mma ? fa__mma_forward(p, d128_block_n, cu_q_dev, cu_k_dev, stream)
-            : fa__simple_forward(p, cu_q_dev, cu_k_dev, stream);
+    e = mma ? fa__mma_forward(p, d128_block_n, cu.q, cu.k, stream)
+            : fa__simple_forward(p, cu.q, cu.k, stream);
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)",
                   mma ? "fa__mma_forward" : "fa__simple_forward", device, sm);
-    return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
+    return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
 }
 
 /* The backward on the current device (compute capability sm): zeroes the varlen rows outside
@@ -294,11 +298,10 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
     if (fa__fwd_rows(p) == 0 && fa__bwd_key_rows(p) == 0)
         return FA_OK;
     const fa_stream_mem m = stream_mem(device, stream);
-    int32_t *cu_dev; // cu_dev: [2, B + 1], cu_q then cu_k
-    int st = upload_cu(p, &m, device, &cu_dev, msg, cap);
+    fa_cu_dev cu;
+    int st = upload_cu(p, &m, device, &cu, msg, cap);
     if (st != FA_OK)
         return st;
-    const int32_t *cu_q_dev = cu_dev, *cu_k_dev = cu_dev ? cu_dev + p->B + 1 : NULL;
     fa__bwd_rows_in rows = {NULL, NULL, fa__bwd_rows(p)};
     const size_t bytes = 2 * (size_t)(p->H * rows.R) * sizeof(float) + 1;
     void *scratch = NULL;
@@ -306,22 +309,22 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
     if (e != cudaSuccess) {
         st = fail(e, msg, cap, "allocating %zu bytes (backward scratch: delta, lse) on device %d",
                   bytes, device);
-        return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
+        return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
     }
     rows.delta = (float *)scratch;
     rows.lse2 = rows.delta + p->H * rows.R;
     const char *what = "fa__bwd_prepare";
-    e = fa__bwd_prepare(p, &rows, cu_q_dev, stream);
+    e = fa__bwd_prepare(p, &rows, cu.q, stream);
     if (e == cudaSuccess) {
         const int mma = fa__mma_bwd_supported(p, sm);
         what = mma ? "fa__mma_backward" : "fa__simple_backward";
-        e = mma ? fa__mma_backward(p, &rows, cu_q_dev, cu_k_dev, stream)
-                : fa__simple_backward(p, &rows, cu_q_dev, cu_k_dev, stream);
+        e = mma ? fa__mma_backward(p, &rows, cu.q, cu.k, stream)
+                : fa__simple_backward(p, &rows, cu.q, cu.k, stream);
     }
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);
     st = free_after(&m, scratch, st, device, "backward scratch", msg, cap);
-    return free_after(&m, cu_dev, st, device, "cu_seqlens", msg, cap);
+    return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
 }
 
 static int plugin_forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
