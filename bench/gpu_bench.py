@@ -426,6 +426,31 @@ def rel_err(torch, a, ref):
     return float((a - ref).abs().max()) / max(float(ref.abs().max()), 1e-6)
 
 
+def time_backends(fns, rec, timer, target_ms):
+    """Times each backend of fns ({name: (fn, ctx or None)}) that has no error in rec, into
+    rec["backends"][name] (ms, runs, TFLOP/s of rec["flops"]), and the speed ratios of
+    torch-flash and cuDNN over flashattn into rec["ratio_vs_..."]."""
+    for name, (fn, ctx) in fns.items():
+        if "error" in rec["backends"].get(name, {}):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if ctx is not None:
+                    with ctx():
+                        ms, n = timer(fn, target_ms)
+                else:
+                    ms, n = timer(fn, target_ms)
+            rec["backends"][name] = {"ms": ms, "runs": n,
+                                     "tflops": rec["flops"] / (ms * 1e-3) / 1e12}
+        except Exception as e:
+            rec["backends"][name] = {"error": short(e)}
+    fa_ms = rec["backends"].get("flashattn", {}).get("ms")
+    for name in ("torch-flash", "cudnn"):
+        ms = rec["backends"].get(name, {}).get("ms")
+        rec["ratio_vs_" + name.replace("-", "_")] = (ms / fa_ms) if (ms and fa_ms) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # One configuration
 # ---------------------------------------------------------------------------------------------
@@ -484,24 +509,8 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
 
     # 2. timing
     if not args.check_only:
-        for name, (fn, ctx) in fns.items():
-            if "error" in rec["backends"].get(name, {}):
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    if ctx is not None:
-                        with ctx():
-                            ms, n = timer(fn, args.target_ms)
-                    else:
-                        ms, n = timer(fn, args.target_ms)
-                rec["backends"][name] = {"ms": ms, "runs": n, "tflops": flops / (ms * 1e-3) / 1e12}
-            except Exception as e:
-                rec["backends"][name] = {"error": short(e)}
+        time_backends(fns, rec, timer, args.target_ms)
         fa_ms = rec["backends"].get("flashattn", {}).get("ms")
-        for name in ("torch-flash", "cudnn"):
-            ms = rec["backends"].get(name, {}).get("ms")
-            rec["ratio_vs_" + name.replace("-", "_")] = (ms / fa_ms) if (ms and fa_ms) else None
         if ALT in fns:
             alt_ms = rec["backends"].get(ALT, {}).get("ms")
             flash_ms = rec["backends"].get("torch-flash", {}).get("ms")

@@ -32,7 +32,6 @@ import os
 import shlex
 import sys
 import time
-import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_bench as gb  # noqa: E402  (the shared loaders, timers and checks)
@@ -126,24 +125,7 @@ def bench_config(torch, fa, fa_ok, fa_why, sdpa, timer, args, S, D, causal):
                                    for t, a in zip((q, k, v), grads["flashattn"]))
     grads.clear()
 
-    for name, (fn, ctx) in fns.items():
-        if "error" in rec["backends"].get(name, {}):
-            continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                if ctx is not None:
-                    with ctx():
-                        ms, n = timer(fn, args.target_ms)
-                else:
-                    ms, n = timer(fn, args.target_ms)
-            rec["backends"][name] = {"ms": ms, "runs": n, "tflops": flops / (ms * 1e-3) / 1e12}
-        except Exception as e:
-            rec["backends"][name] = {"error": gb.short(e)}
-    fa_ms = rec["backends"].get("flashattn", {}).get("ms")
-    for name in ("torch-flash", "cudnn"):
-        ms = rec["backends"].get(name, {}).get("ms")
-        rec["ratio_vs_" + name.replace("-", "_")] = (ms / fa_ms) if (ms and fa_ms) else None
+    gb.time_backends(fns, rec, timer, args.target_ms)
     return rec
 
 

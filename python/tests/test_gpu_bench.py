@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """bench/gpu_bench.py's bookkeeping, without a GPU: the verdict, the tile table and report,
-FA_CUDA_TILE_D128's restore, and the ceilings (fa_cuda_peak's output read, its failures reported,
-%mma in the table and report). The benchmark itself runs only where torch sees a GPU
+FA_CUDA_TILE_D128's restore, the ceilings (fa_cuda_peak's output read, its failures reported,
+%mma in the table and report), the timing of backends, and gpu_bench_bwd.py's table. The benchmark itself runs only where torch sees a GPU
 (scripts/gpu-check.sh), so a mistake in these paths would otherwise first show on a lent GPU
 machine's scarce minutes."""
 
@@ -198,3 +198,38 @@ def test_torch_flash_impl(gb, monkeypatch):
     fa3 = fake_torch(current_flash_attention_impl=lambda: "FA3",
                      list_flash_attention_impls=lambda: ["FA3"])
     assert gb.torch_flash_impl(fa3) == "FA3 (activated); registered: FA3"
+
+
+def test_time_backends_times_ratios_and_errors(gb):
+    """time_backends (shared by gpu_bench.py and gpu_bench_bwd.py): a backend with an error is
+    not timed, one whose timing raises becomes an error, the others get TF/s and ratios."""
+    rec = {"flops": 2e12, "backends": {"cudnn": {"error": "no cuDNN"}}}
+
+    def timer(fn, target_ms):
+        fn()
+        return {"flashattn": 4.0, "torch-flash": 6.0}[calls[-1]], 7
+
+    calls = []
+    fns = {"flashattn": (lambda: calls.append("flashattn"), None),
+           "torch-flash": (lambda: calls.append("torch-flash"), None),
+           "cudnn": (lambda: calls.append("cudnn"), None),
+           "broken": (lambda: calls.append("broken"), None)}
+    gb.time_backends(fns, rec, timer, 100)
+    assert "cudnn" not in calls
+    assert rec["backends"]["flashattn"] == {"ms": 4.0, "runs": 7, "tflops": 500.0}
+    assert "KeyError" in rec["backends"]["broken"]["error"]
+    assert rec["ratio_vs_torch_flash"] == 1.5 and rec["ratio_vs_cudnn"] is None
+
+
+def test_backward_bench_table():
+    """gpu_bench_bwd.py's table: TF/s, ratios, the check and the determinism column."""
+    gbb = load_bench("gpu_bench_bwd")
+    rec = {"S": 1024, "B": 16, "H": 16, "D": 128, "causal": True, "tol": 3e-2,
+           "backends": {"flashattn": {"ms": 2.0, "tflops": 100.0},
+                        "torch-flash": {"ms": 3.0, "tflops": 66.7}, "cudnn": {"error": "x"}},
+           "check": {"reference": "torch-flash", "flashattn": 1e-2},
+           "ratio_vs_torch_flash": 1.5, "ratio_vs_cudnn": None, "deterministic": True}
+    row = gbb.table([rec]).splitlines()[-1]
+    assert "100.0" in row and "1.50x" in row and "ok 1.0e-02" in row and row.endswith("yes")
+    rec["deterministic"] = False
+    assert gbb.table([rec]).splitlines()[-1].endswith(" NO")
