@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """bench/gpu_bench.py's bookkeeping, without a GPU: the verdict, the tile table and report,
 FA_CUDA_TILE_D128's restore, the ceilings (fa_cuda_peak's output read, its failures reported,
-%mma in the table and report), the timing of backends, and gpu_bench_bwd.py's table. The benchmark itself runs only where torch sees a GPU
-(scripts/gpu-check.sh), so a mistake in these paths would otherwise first show on a lent GPU
-machine's scarce minutes."""
+%mma in the table and report), the timing of backends, and gpu_bench_bwd.py's table. The
+benchmarks themselves run only where torch sees a GPU (scripts/gpu-check.sh), so a mistake in
+these paths would otherwise first show on a lent GPU machine's scarce minutes."""
 
 import json
 import os
