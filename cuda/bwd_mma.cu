@@ -107,6 +107,50 @@ static __device__ __forceinline__ float fa_bwd_drop(const fa_bwd_params &prm, ui
     return word >= prm.drop_threshold ? prm.drop_scale : 0.0f;
 }
 
+/* Index of row 0 of head h's sequence of batch b (first packed row rq) in the lse2 and Δ
+ * arrays ([H, R]: kernels.h). */
+static __device__ __forceinline__ int64_t fa_bwd_row0(const fa_bwd_params &prm, unsigned h,
+                                                      unsigned b, int rq) {
+    return (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
+}
+
+/* ALiBi's slope of (b, h) times log2(e); 0 without ALiBi. */
+static __device__ __forceinline__ float fa_bwd_slope(const fa_bwd_params &prm, unsigned b,
+                                                     unsigned h) {
+    return prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_BWD_LOG2E_F : 0.0f;
+}
+
+/* C1 = A1 B1ᵀ and C2 = A2 B2ᵀ over kD columns for this warp's 16 rows of A (lane address la)
+ * and the kNT n8 tiles of B (lane address lb): the two score-like products of a step, Sᵀ and
+ * dPᵀ in the dK/dV kernel (A: K, V; B: Q, dO), S and dP in the dQ kernel (A: Q, dO; B: K, V).
+ * Every operand is a swizzled [rows, kW] tile in shared memory. */
+template <int kD, int kW, int kNT, bool kBf16>
+static __device__ __forceinline__ void fa_bwd_two_products(float (&c1)[kNT][4], float (&c2)[kNT][4],
+                                                           uint32_t a1, uint32_t a2, uint32_t b1,
+                                                           uint32_t b2, uint32_t la, uint32_t lb) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            c1[nt][e] = c2[nt][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t x1[4], x2[4]; // A: [16 rows, 16 d]
+        fa_ldsm_x4(x1, a1 + fa_swz_at<kW>(la, 0, 2 * kk));
+        fa_ldsm_x4(x2, a2 + fa_swz_at<kW>(la, 0, 2 * kk));
+#pragma unroll
+        for (int nt = 0; nt < kNT; nt += 2) {
+            uint32_t y[4]; // B: [16 rows, 16 d] = two n8 x two k halves
+            fa_ldsm_x4(y, b1 + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
+            fa_mma16816<kBf16>(c1[nt], x1, y[0], y[1]);
+            fa_mma16816<kBf16>(c1[nt + 1], x1, y[2], y[3]);
+            fa_ldsm_x4(y, b2 + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
+            fa_mma16816<kBf16>(c2[nt], x2, y[0], y[1]);
+            fa_mma16816<kBf16>(c2[nt + 1], x2, y[2], y[3]);
+        }
+    }
+}
+
 /* P (dropped: the factor of V's product) and dS of one score: s the raw q·k, dp = dO·V, lse2
  * and delta of the query row, bias the ALiBi term slope·log2(e)·|i + off - j| (0 without
  * ALiBi), drop = fa_bwd_drop; keep: the row sees the key and saw some key (lse2 != +inf). Else
@@ -222,9 +266,8 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
             *acc(c, 0) = *acc(c, 1) = 0.0f;
         for (int gh = 0; gh < prm.group; ++gh) {
             const unsigned h = hk * prm.group + gh;
-            const float slope_l2 =
-                prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_BWD_LOG2E_F : 0.0f;
-            const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
+            const float slope_l2 = fa_bwd_slope(prm, b, h);
+            const int64_t row0 = fa_bwd_row0(prm, h, b, rq);
             for (int i = i_lo; i < i_hi; ++i) {
                 const float lse2 = prm.lse2[row0 + i];
                 if (j < fa_key_lo(prm, i, off, sk) || j >= fa_key_hi(prm, i, off, sk) ||
@@ -311,6 +354,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
 
     const char *k = prm.k + b * prm.k_sb + (int64_t)(rk + j0) * prm.k_ss + hk * prm.k_sh;
     const char *v = prm.v + b * prm.v_sb + (int64_t)(rk + j0) * prm.v_ss + hk * prm.v_sh;
+    /* Does query block i0 straddle the band's edge or the sequences' ends against this key
+     * block (then some of its pairs are masked)? */
+    auto edge_of = [&](int i0) {
+        const int i_last = i0 + kBlockM - 1;
+        return i_last >= sq || j0 + kBwdKeys > sk || fa_key_lo(prm, i_last, off, sk) > j0 ||
+               fa_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
+    };
     /* Q and dO rows of step it into stage it % 2. */
     auto load_q = [&](int it) {
         const unsigned h = hk * prm.group + it / nqb;
@@ -342,17 +392,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
     bool nonfinite = false;
     for (int it = 0; it < steps; ++it) {
         const unsigned h = hk * prm.group + it / nqb;
-        const int i0 = (qb_first + it % nqb) * kBlockM, i_last = i0 + kBlockM - 1;
-        const bool edge = i_last >= sq || j0 + kBwdKeys > sk ||
-                          fa_key_lo(prm, i_last, off, sk) > j0 ||
-                          fa_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
+        const int i0 = (qb_first + it % nqb) * kBlockM;
+        const bool edge = edge_of(i0);
         /* opaque: no address arithmetic shared with the key loop, held across it */
         const int64_t at = fa_opaque((int64_t)(rq + i0));
         const char *q = prm.q + b * prm.q_sb + at * prm.q_ss + h * prm.q_sh;
         const char *dout = prm.dout + b * prm.do_sb + at * prm.do_ss + h * prm.do_sh;
         /* Every row of an edge pair; of a mask-free one (no rows past sq), one row a thread,
          * when it saw no key. */
-        const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
+        const int64_t row0 = fa_bwd_row0(prm, h, b, rq);
         int c_first = tid, c_end = kBlockM * prm.dch, c_step = kBwdThreads; // chunks r·dch + ch
         if (!edge) {
             const bool none = tid < kBlockM && prm.lse2[row0 + i0 + tid] == INFINITY;
@@ -390,37 +438,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         const uint32_t la = fa_opaque(lane_a), lb = fa_opaque(lane_b), lt = fa_opaque(lane_t);
 
         float st[kNT][4], dpt[kNT][4]; // Sᵀ, dPᵀ: [16 keys, kBlockM queries] per warp
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                st[nt][e] = dpt[nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-            uint32_t ka[4], va[4]; // A: K, V[16 keys, 16 d]
-            fa_ldsm_x4(ka, sK + fa_swz_at<kW>(la, 0, 2 * kk));
-            fa_ldsm_x4(va, sV + fa_swz_at<kW>(la, 0, 2 * kk));
-#pragma unroll
-            for (int nt = 0; nt < kNT; nt += 2) {
-                uint32_t qb[4], ob[4]; // B: Q, dO[16 queries, 16 d] = two n8 x two k halves
-                fa_ldsm_x4(qb, sQ + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-                fa_mma16816<kBf16>(st[nt], ka, qb[0], qb[1]);
-                fa_mma16816<kBf16>(st[nt + 1], ka, qb[2], qb[3]);
-                fa_ldsm_x4(ob, sO + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-                fa_mma16816<kBf16>(dpt[nt], va, ob[0], ob[1]);
-                fa_mma16816<kBf16>(dpt[nt + 1], va, ob[2], ob[3]);
-            }
-        }
+        fa_bwd_two_products<kD, kW, kNT, kBf16>(st, dpt, sK, sV, sQ, sO, la, lb);
 
         /* Pᵀ and dSᵀ: element (key j, query i) of C fragment e is key 16w + g + 8(e / 2),
          * query nt·8 + 2t + e % 2. The band's mask only where the block pair straddles it. */
-        const int i_last = i0 + kBlockM - 1;
-        const bool edge = i_last >= sq || j0 + kBwdKeys > sk ||
-                          fa_key_lo(prm, i_last, off, sk) > j0 ||
-                          fa_key_hi(prm, i0, off, sk) < j0 + kBwdKeys;
-        const float slope_l2 =
-            prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_BWD_LOG2E_F : 0.0f;
-        const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
+        const bool edge = edge_of(i0);
+        const float slope_l2 = fa_bwd_slope(prm, b, h);
+        const int64_t row0 = fa_bwd_row0(prm, h, b, rq);
         const int jw = j0 + 16 * warp + g; // this lane's key of rows g (+ 8)
         uint32_t pt[kNT][2], dst[kNT][2];  // Pᵀ, dSᵀ packed f16x2/bf16x2, as S's C fragments
 #pragma unroll
@@ -545,7 +569,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
     };
 
     /* This lane's rows g, g + 8 of the warp: band, lse2, Δ (rows past sq: none, P = 0). */
-    const int64_t row0 = (int64_t)h * prm.R + (prm.cu_q ? rq : (int64_t)b * prm.Sq);
+    const int64_t row0 = fa_bwd_row0(prm, h, b, rq);
     int lo[2], hi[2], irow[2];
     float lse2[2], delta[2];
 #pragma unroll
@@ -556,8 +580,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         lse2[hf] = i < sq ? prm.lse2[row0 + i] : INFINITY;
         delta[hf] = i < sq ? prm.delta[row0 + i] : 0.0f;
     }
-    const float slope_l2 =
-        prm.alibi ? prm.alibi[b * prm.alibi_sb + h * prm.alibi_sh] * FA_BWD_LOG2E_F : 0.0f;
+    const float slope_l2 = fa_bwd_slope(prm, b, h);
 
     float acc_dq[kDT][4]; // dQ: [16 rows, kD] per warp, C fragments
 #pragma unroll
@@ -613,27 +636,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         const uint32_t la = fa_opaque(lane_a), lb = fa_opaque(lane_b), lt = fa_opaque(lane_t);
 
         float s[kNT][4], dp[kNT][4]; // S, dP: [16 rows, kBlockN keys] per warp
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-            uint32_t qa[4], oa[4]; // A: Q, dO[16 rows, 16 d]
-            fa_ldsm_x4(qa, sQ + fa_swz_at<kW>(la, 0, 2 * kk));
-            fa_ldsm_x4(oa, sO + fa_swz_at<kW>(la, 0, 2 * kk));
-#pragma unroll
-            for (int nt = 0; nt < kNT; nt += 2) {
-                uint32_t kb[4], vb[4]; // B: K, V[16 keys, 16 d] = two n8 x two k halves
-                fa_ldsm_x4(kb, sK + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-                fa_mma16816<kBf16>(s[nt], qa, kb[0], kb[1]);
-                fa_mma16816<kBf16>(s[nt + 1], qa, kb[2], kb[3]);
-                fa_ldsm_x4(vb, sV + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-                fa_mma16816<kBf16>(dp[nt], oa, vb[0], vb[1]);
-                fa_mma16816<kBf16>(dp[nt + 1], oa, vb[2], vb[3]);
-            }
-        }
+        fa_bwd_two_products<kD, kW, kNT, kBf16>(s, dp, sQ, sO, sK, sV, la, lb);
 
         /* dS: element e of n8 tile nt is row g + 8(e / 2), key j0 + nt·8 + 2t + e % 2. */
         const bool edge = j0 < lo_last || j0 + kBlockN > hi_first;
