@@ -53,21 +53,27 @@ static double max_diff(int64_t n, const double *a, const double *b, double *R) {
     return m;
 }
 
-/* Runs c on the device, then on the CPU from the same inputs; checks both against the
- * reference (bc_run) and the device's gradients against the CPU's. Returns 1 on pass. */
-static int run_case(bcfg c) {
+/* Runs c on the device (checked against the reference), then again from the same inputs on
+ * the CPU (second_cuda 0) or the device (1), as a repeat; results in *first and *second.
+ * Returns 1 when both runs passed bc_run's checks. */
+static int run_twice(bcfg c, int second_cuda, bc_result *first, bc_result *second) {
     const uint64_t rng = tu_rng_state_;
     c.cuda = 1;
     c.cuda_dev = g_dev;
-    bc_result gpu, cpu;
-    memset(&gpu, 0, sizeof gpu);
-    memset(&cpu, 0, sizeof cpu);
-    int ok = bc_run(&c, &gpu);
+    memset(first, 0, sizeof *first);
+    memset(second, 0, sizeof *second);
+    int ok = bc_run(&c, first);
     tu_rng_state_ = rng;
-    c.cuda = 0;
-    c.repeat = 1; /* the same inputs, already checked against the reference on the device */
-    ok &= bc_run(&c, &cpu);
-    c.repeat = 0;
+    c.cuda = second_cuda;
+    c.repeat = 1; /* the same inputs, already checked against the reference */
+    return ok & bc_run(&c, second);
+}
+
+/* Runs c on the device, then on the CPU from the same inputs; checks both against the
+ * reference (bc_run) and the device's gradients against the CPU's. Returns 1 on pass. */
+static int run_case(bcfg c) {
+    bc_result gpu, cpu;
+    int ok = run_twice(c, 0, &gpu, &cpu);
     char name[768];
     bc_describe(&c, name, sizeof name);
     CASE_BEGIN("device vs CPU backend: %s", name);
@@ -195,16 +201,8 @@ static void group_determinism(void) {
         bcfg c = bc_cfg(2, 75, 90, 4, 2, 64);
         c.causal = t == 1;
         c.dtype = k_dtypes[t];
-        c.cuda = 1;
-        c.cuda_dev = g_dev;
-        const uint64_t rng = tu_rng_state_;
         bc_result a, b;
-        memset(&a, 0, sizeof a);
-        memset(&b, 0, sizeof b);
-        int ok = bc_run(&c, &a);
-        tu_rng_state_ = rng;
-        c.repeat = 1;
-        ok &= bc_run(&c, &b);
+        int ok = run_twice(c, 1, &a, &b);
         CASE_BEGIN("determinism: %s, two device runs bitwise equal", tu_dtype_name(c.dtype));
         CHECK(bc_same_result(&a, &b));
         ok &= CASE_END();
