@@ -5,6 +5,9 @@
  * and, compiled as C, what tests/test_cuda_row.c runs on the CPU: the GPU's arithmetic is
  * checked against the fp64 reference and the CPU backend without a GPU.
  *
+ * K and V rows are addressed through a KV cache's indirections (fa__view_at) and a cache's
+ * lengths are seqlens_k, so the same row serves fa_forward_kvcache.
+ *
  * Row i of query head h in batch b (Sq_b queries, Sk_b keys, off = Sk_b - Sq_b), in fp32:
  *   q' = q * qscale   (scores come out in the exp2 domain, or as the softcap's tanh argument)
  *   for each key j of the row's causal/window band [lo, hi):
@@ -79,7 +82,8 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
                        int64_t h, int64_t i) {
     const int64_t D = p->D, hk = h / (p->H / p->Hk);
     const int64_t rq = cu_q ? cu_q[b] : 0, rk = cu_k ? cu_k[b] : 0;
-    const int64_t sq = cu_q ? cu_q[b + 1] - rq : p->Sq, sk = cu_k ? cu_k[b + 1] - rk : p->Sk;
+    const int64_t sq = cu_q ? cu_q[b + 1] - rq : p->Sq;
+    const int64_t sk = p->seqlens_k ? p->seqlens_k[b] : cu_k ? cu_k[b + 1] - rk : p->Sk;
     const int64_t off = sk - sq;
     /* as fa__score_scales */
     const float qscale = p->softcap > 0.0f ? p->scale / p->softcap : p->scale * FA_ROW_LOG2E;
@@ -99,7 +103,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
     fa__philox4 words = {{0u, 0u, 0u, 0u}}; /* the draw for columns 4·words_of .. 4·words_of+3 */
     int64_t words_of = -1;
     for (int64_t j = lo; j < hi; j++) {
-        const int64_t k_at = fa__row_at(&p->k, b, rk + j, hk);
+        const int64_t k_at = fa__view_at(&p->k, b, rk + j, hk);
         float s = 0.0f;
         for (int64_t d = 0; d < D; d++)
             s += q[d] * fa__row_load(p->k.data, p->k.dtype, k_at + d * p->k.sd);
@@ -127,7 +131,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
             }
             w = fa__row_word(words, j & 3) >= p->dropout_threshold ? e * p->dropout_scale : 0.0f;
         }
-        const int64_t v_at = fa__row_at(&p->v, b, rk + j, hk);
+        const int64_t v_at = fa__view_at(&p->v, b, rk + j, hk);
         for (int64_t d = 0; d < D; d++)
             o[d] += w * fa__row_load(p->v.data, p->v.dtype, v_at + d * p->v.sd);
     }

@@ -47,6 +47,23 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
  * anything else 0. */
 int fa__mma_d128_block_n(const char *tile, int sm);
 
+/* ---- KV cache (fa_forward_kvcache) ----
+ * pd is the problem with every index on the device: seqlens_k and the K/V views' row_off,
+ * block_table and batch_idx point to device copies (plugin.cu uploads them). */
+
+/* decode.cu, the split-KV decode: the G·Sq query rows that share a KV head (G = H / Hk) in one
+ * CTA, so each cache byte is read once; keys in fixed chunks of FA_DECODE_CHUNK whose partial
+ * (m, l, o) go to scratch and are merged in chunk order, so the result has the same bits for
+ * every split count. Does it handle p (host view; fixed length, no dropout)? */
+int fa__decode_supported(const fa__problem *p);
+/* The splits (CTAs along the keys of one (batch, KV head)) for num_splits (0: chosen from
+ * sms, the device's SM count), and the scratch the call needs for max_sk, the most keys of any
+ * batch. */
+int fa__decode_splits(const fa__problem *p, int64_t max_sk, int num_splits, int sms);
+size_t fa__decode_scratch_bytes(const fa__problem *p, int64_t max_sk);
+cudaError_t fa__decode_forward(const fa__problem *pd, int64_t max_sk, int splits, void *scratch,
+                               cudaStream_t stream);
+
 /* ---- backward ---- */
 
 /* The backward's per-row inputs (fa__bwd_rows_in) are described in bwd_row.h. */

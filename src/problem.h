@@ -25,6 +25,18 @@ typedef struct fa__view {
     int64_t bt_stride, page;
 } fa__view;
 
+/* Offset in elements of element (b, s, h, 0) of x, through its KV-cache indirections (none for
+ * plain tensors). Host and device code: the CPU and the CUDA plug-in address caches alike. */
+FA_HD int64_t fa__view_at(const fa__view *x, int64_t b, int64_t s, int64_t h) {
+    if (x->row_off) s += x->row_off[b];
+    int64_t first = x->batch_idx ? x->batch_idx[b] : b; /* index into the first dimension */
+    if (x->block_table) {
+        first = x->block_table[b * x->bt_stride + s / x->page];
+        s %= x->page;
+    }
+    return first * x->sb + s * x->ss + h * x->sh;
+}
+
 typedef struct fa__problem {
     int64_t B, H, Hk, D;
     /* Fixed length: every batch has Sq queries and Sk keys and cu_q == cu_k == NULL.

@@ -13,13 +13,7 @@
 #include <string.h>
 
 void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h) {
-    if (x->row_off) s += x->row_off[b];
-    int64_t first = x->batch_idx ? x->batch_idx[b] : b; /* index into the first dimension */
-    if (x->block_table) {
-        first = x->block_table[b * x->bt_stride + s / x->page];
-        s %= x->page;
-    }
-    return (char *)x->data + (first * x->sb + s * x->ss + h * x->sh) * fa__dtype_size(x->dtype);
+    return (char *)x->data + fa__view_at(x, b, s, h) * fa__dtype_size(x->dtype);
 }
 
 void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
