@@ -125,23 +125,15 @@ static fa_status read_cu_seqlens(const fa_tensor *t, const char *name, int64_t t
                                  const char *total_name, int64_t max_seqlen, int32_t *cu,
                                  const fa__plugin_api *api, void *stream) {
     const int64_t n = t->shape[0];
-    if (t->device == FA_DEVICE_CUDA) {
-        /* Copy the strided offsets to the host, then gather: they are checked like host ones.
-         * fa__check_view bounded the span's bytes. */
-        const int64_t count = fa__size_add(fa__size_mul(n - 1, t->stride[0]), 1);
-        int32_t *host = fa__alloc(count, sizeof(int32_t));
-        if (!host) return fa__error(FA_ERR_NO_MEMORY, "%s: out of memory", name);
-        char msg[512] = "";
-        const size_t bytes = (size_t)count * sizeof(int32_t);
-        fa_status st = fa__plugin_status(api->copy(host, t->data, bytes, FA__COPY_D2H,
-                                                   t->device_index, stream, msg, sizeof msg),
-                                         msg);
-        for (int64_t i = 0; st == FA_OK && i < n; i++) cu[i] = host[i * t->stride[0]];
-        free(host);
+    const int32_t *src = t->data;
+    int32_t *host = NULL;
+    if (t->device == FA_DEVICE_CUDA) { /* gathered from a host copy, then checked like host ones */
+        fa_status st = fa__plugin_download(api, t, name, stream, (void **)&host);
         if (st != FA_OK) return st;
-    } else {
-        for (int64_t i = 0; i < n; i++) cu[i] = ((const int32_t *)t->data)[i * t->stride[0]];
+        src = host;
     }
+    for (int64_t i = 0; i < n; i++) cu[i] = src[i * t->stride[0]];
+    free(host);
     if (cu[0] < 0) return fa__error(FA_ERR_VALUE, "%s[0] is %d; expected >= 0", name, cu[0]);
     for (int64_t i = 1; i < n; i++) {
         if (cu[i] < cu[i - 1])
@@ -198,26 +190,6 @@ static int64_t longest(const int32_t *cu, int64_t B) {
     return m;
 }
 
-/* The ALiBi slopes are finite; CUDA slopes are copied to the host for the check. */
-static fa_status check_slopes(const fa_params *params, const fa__problem *p,
-                              const fa__plugin_api *api) {
-    if (!p->alibi || !api) return fa__check_slopes(p->alibi, p);
-    const fa_tensor *a = &params->alibi_slopes; /* checked by fa__resolve_alibi */
-    int64_t count = 1;
-    for (int i = 0; i < a->ndim; i++)
-        count = fa__size_add(count, fa__size_mul(a->shape[i] - 1, a->stride[i]));
-    float *host = fa__alloc(count, sizeof *host);
-    if (!host) return fa__error(FA_ERR_NO_MEMORY, "params.alibi_slopes: out of memory");
-    char msg[512] = "";
-    fa_status st = fa__plugin_status(api->copy(host, a->data, (size_t)count * sizeof *host,
-                                               FA__COPY_D2H, a->device_index,
-                                               fa__params_stream(params), msg, sizeof msg),
-                                     msg);
-    if (st == FA_OK) st = fa__check_slopes(host, p);
-    free(host);
-    return st;
-}
-
 /* Every check of a call, then the problem description. On success with varlen, *cu holds the
  * copied offsets (the caller frees it); for CUDA tensors *api is the plug-in (else NULL);
  * *none is set when the call has no output element (p is then not filled in).
@@ -260,7 +232,7 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
     }
     if ((*none = nothing_to_write(c))) return FA_OK;
-    if ((st = check_slopes(params, p, *api))) return st;
+    if ((st = fa__check_slopes(params, p, *api))) return st;
 
     if (c->varlen) {
         *cu = fa__alloc(fa__size_mul(2, p->B + 1), sizeof **cu);

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE /* dladdr */
 #include "plugin.h"
+#include "size.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -277,6 +278,29 @@ const char *fa__plugin_summary(char *buf, size_t cap) {
 fa_status fa__plugin_status(int status, const char *msg) {
     if (status == FA_OK) return FA_OK;
     return fa__error((fa_status)status, "%s", msg[0] ? msg : "the CUDA plug-in failed");
+}
+
+fa_status fa__plugin_download(const fa__plugin_api *api, const fa_tensor *t, const char *name,
+                              void *stream, void **host) {
+    int64_t count = 1; /* elements from the first to the last one the view reaches */
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) count = 0;
+        if (count) count = fa__size_add(count, fa__size_mul(t->shape[i] - 1, t->stride[i]));
+    }
+    const size_t esize = fa__dtype_size(t->dtype);
+    *host = fa__alloc(count ? count : 1, esize);
+    if (!*host) return fa__error(FA_ERR_NO_MEMORY, "%s: out of memory for a host copy", name);
+    char msg[512] = "";
+    const fa_status st = count ? fa__plugin_status(api->copy(*host, t->data, (size_t)count * esize,
+                                                             FA__COPY_D2H, t->device_index,
+                                                             stream, msg, sizeof msg),
+                                                   msg)
+                               : FA_OK;
+    if (st != FA_OK) {
+        free(*host);
+        *host = NULL;
+    }
+    return st;
 }
 
 /* ---- public device helpers ---- */

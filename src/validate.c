@@ -6,10 +6,12 @@
 #include "validate.h"
 
 #include "philox.h"
+#include "plugin.h"
 #include "size.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *fa__dtype_name(int32_t dtype) {
@@ -225,7 +227,7 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
     return FA_OK;
 }
 
-fa_status fa__check_slopes(const float *slopes, const fa__problem *p) {
+static fa_status check_slopes(const float *slopes, const fa__problem *p) {
     if (!p->alibi) return FA_OK;
     const int64_t nb = p->alibi_sb ? p->B : 1; /* (H) slopes serve every batch */
     for (int64_t b = 0; b < nb; b++)
@@ -240,6 +242,17 @@ fa_status fa__check_slopes(const float *slopes, const fa__problem *p) {
             }
         }
     return FA_OK;
+}
+
+fa_status fa__check_slopes(const fa_params *params, const fa__problem *p,
+                           const fa__plugin_api *api) {
+    if (!p->alibi || !api) return check_slopes(p->alibi, p);
+    float *host;
+    fa_status st = fa__plugin_download(api, &params->alibi_slopes, "params.alibi_slopes",
+                                       fa__params_stream(params), (void **)&host);
+    if (st == FA_OK) st = check_slopes(host, p);
+    free(host);
+    return st;
 }
 
 void *fa__params_stream(const fa_params *params) {

@@ -7,6 +7,7 @@
 #define FA_VALIDATE_H
 
 #include "internal.h"
+#include "plugin_abi.h"
 #include "problem.h"
 
 /* The bytes a view spans, for overlap checks; empty when the view has no elements. */
@@ -39,10 +40,11 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p);
 /* Checks params->alibi_slopes against (H) or (B, H) and fills p->alibi; records its span. */
 fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span);
 
-/* FA_ERR_VALUE unless every slope of p->alibi (if any) is finite; `slopes` is p->alibi's
- * data where it lies on the host (a host copy of it for CUDA slopes). O(B·H): called once the
- * call has output elements. */
-fa_status fa__check_slopes(const float *slopes, const fa__problem *p);
+/* FA_ERR_VALUE unless every slope of p->alibi (if any) is finite; api: the plug-in when the
+ * slopes (params->alibi_slopes) are on a CUDA device, copied to the host for the check, else
+ * NULL. O(B·H): called once the call has output elements. */
+fa_status fa__check_slopes(const fa_params *params, const fa__problem *p,
+                           const fa__plugin_api *api);
 
 /* params->cuda_stream, or NULL for NULL params and for structs from before it existed. */
 void *fa__params_stream(const fa_params *params);
