@@ -2,10 +2,13 @@
 /*
  * api_kvcache.c — fa_forward_kvcache: validation of the cache, its indices and the rotary
  * tables (all before anything is written, the cache included), then append, rotary and the
- * forward over the cache's view.
+ * forward over the cache's view, on the CPU or by the CUDA plug-in. With CUDA tensors the
+ * indices (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) may lie on the host or
+ * on the device; device ones are copied to the host for the checks (a wait on the stream).
  */
 #include "cpu/cpu.h"
 #include "internal.h"
+#include "plugin.h"
 #include "size.h"
 #include "validate.h"
 
@@ -28,12 +31,31 @@ typedef struct kvcall {
     int paged, append;
     int32_t *ints; /* one allocation: seqlens, seqlens_k, batch_idx, leftpad [B] each */
     int32_t *seqlens, *seqlens_k, *batch_idx, *leftpad;
+    const int32_t *bt;  /* the block table's entries on the host (paged) */
+    int32_t *bt_copy;   /* ... when copied from the device */
+    const fa_tensor *q; /* the call's device */
+    const fa__plugin_api *api; /* CUDA calls: the plug-in; NULL on the CPU */
+    void *stream;
     fa__span in[MAX_SPANS], out[4];
     int n_in, n_out;
 } kvcall;
 
 static fa__span *span(kvcall *c, int is_output) {
     return is_output ? &c->out[c->n_out++] : &c->in[c->n_in++];
+}
+
+/* The entries of index tensor t (checked by fa__check_view) on the host: t->data, or a copy
+ * of a CUDA tensor in *copy (the caller frees it). An index tensor lies on the host or on the
+ * call's device. */
+static fa_status host_ints(kvcall *c, const fa_tensor *t, const char *name, int32_t **copy,
+                           const int32_t **data) {
+    *copy = NULL;
+    *data = t->data;
+    if (t->device == FA_DEVICE_CPU) return FA_OK;
+    fa_status st = fa__check_same_device(t, name, c->q, "q");
+    if (st == FA_OK) st = fa__plugin_download(c->api, t, name, c->stream, (void **)copy);
+    *data = *copy;
+    return st;
 }
 
 /* A (B) int32 tensor, copied into dst. */
@@ -46,7 +68,11 @@ static fa_status read_ints(kvcall *c, const fa_tensor *t, const char *name, int3
     if (t->shape[0] != c->B)
         return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (B) = (%lld)", name,
                          (long long)t->shape[0], (long long)c->B);
-    for (int64_t b = 0; b < c->B; b++) dst[b] = ((const int32_t *)t->data)[b * t->stride[0]];
+    int32_t *copy;
+    const int32_t *src;
+    if ((st = host_ints(c, t, name, &copy, &src))) return st;
+    for (int64_t b = 0; b < c->B; b++) dst[b] = src[b * t->stride[0]];
+    free(copy);
     return FA_OK;
 }
 
@@ -121,9 +147,9 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
 }
 
 /* Batch b's entry e of the page table (checked to be a page). */
-static int32_t page_of(const fa_kvcache *kv, int64_t b, int64_t e) {
+static int32_t page_of(const kvcall *c, const fa_kvcache *kv, int64_t b, int64_t e) {
     const fa_tensor *bt = &kv->block_table;
-    return ((const int32_t *)bt->data)[b * bt->stride[0] + e * bt->stride[1]];
+    return c->bt[b * bt->stride[0] + e * bt->stride[1]];
 }
 
 /* An append must not write cache rows another batch of the call uses: two batches with one
@@ -154,23 +180,23 @@ static fa_status check_writers(kvcall *c, const fa_kvcache *kv) {
     for (int64_t b = 0; b < c->B && st == FA_OK; b++) { /* the pages each append writes */
         const int64_t first = c->seqlens[b] / page, last = (c->seqlens[b] + c->S_new - 1) / page;
         for (int64_t e = first; e <= last && st == FA_OK; e++) {
-            int64_t *o = &owner[page_of(kv, b, e)];
+            int64_t *o = &owner[page_of(c, kv, b, e)];
             if (*o && *o != b + 1)
                 st = fa__error(FA_ERR_VALUE, "kv.block_table: batches %lld and %lld both append "
                                "to page %d; an appended page must belong to one batch",
-                               (long long)*o - 1, (long long)b, page_of(kv, b, e));
+                               (long long)*o - 1, (long long)b, page_of(c, kv, b, e));
             *o = b + 1;
         }
     }
     for (int64_t b = 0; b < c->B && st == FA_OK; b++) { /* and no other batch reads them */
         const int64_t used = (c->seqlens[b] + c->S_new + page - 1) / page;
         for (int64_t e = 0; e < used && st == FA_OK; e++) {
-            const int64_t o = owner[page_of(kv, b, e)];
+            const int64_t o = owner[page_of(c, kv, b, e)];
             if (o && o != b + 1)
                 st = fa__error(FA_ERR_VALUE, "kv.block_table[%lld, %lld] = %d: batch %lld's append "
                                "writes that page, which batch %lld also uses; an appended page "
                                "must belong to one batch", (long long)b, (long long)e,
-                               page_of(kv, b, e), (long long)o - 1, (long long)b);
+                               page_of(c, kv, b, e), (long long)o - 1, (long long)b);
         }
     }
     free(owner);
@@ -200,6 +226,7 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
                              "of a row are contiguous)", (long long)bt->stride[1]);
         if (kv->k_cache.shape[1] < 1)
             return fa__error(FA_ERR_SHAPE, "kv.k_cache: page_size (shape[1]) is 0; expected >= 1");
+        if ((st = host_ints(c, bt, "kv.block_table", &c->bt_copy, &c->bt))) return st;
         c->capacity = fa__size_mul(bt->shape[1], kv->k_cache.shape[1]);
         if (c->capacity < 0) c->capacity = INT64_MAX; /* more than any int32 length reaches */
     } else {
@@ -275,7 +302,7 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
             const fa_tensor *bt = &kv->block_table;
             const int64_t page = kv->k_cache.shape[1], used = (end + page - 1) / page;
             for (int64_t pg = 0; pg < used; pg++) {
-                const int32_t e = ((const int32_t *)bt->data)[b * bt->stride[0] + pg * bt->stride[1]];
+                const int32_t e = c->bt[b * bt->stride[0] + pg * bt->stride[1]];
                 if (e < 0 || e >= c->rows)
                     return fa__error(FA_ERR_VALUE, "kv.block_table[%lld, %lld] is %d; expected a "
                                      "page in 0..%lld", (long long)b, (long long)pg, e,
@@ -336,11 +363,28 @@ static fa__view cache_view(const fa_tensor *t, const kvcall *c, const fa_kvcache
     fa__view v = {.data = t->data, .dtype = t->dtype, .sb = t->stride[0], .ss = t->stride[1],
                   .sh = t->stride[2], .sd = t->stride[3], .batch_idx = c->batch_idx};
     if (c->paged) {
-        v.block_table = kv->block_table.data;
+        v.block_table = c->bt;
         v.bt_stride = kv->block_table.stride[0];
         v.page = t->shape[1];
     }
     return v;
+}
+
+/* The data tensors given (their views checked) on q's device; the index tensors are checked
+ * where they are read (host_ints). */
+static fa_status check_devices(const kvcall *c, const fa_params *params, const fa_kvcache *kv,
+                               const fa_tensor *out, const fa_tensor *lse) {
+    const fa_tensor *const ts[] = {out, lse, &kv->k_cache, &kv->v_cache, &kv->k_new,
+                                   &kv->v_new, &kv->rotary_cos, &kv->rotary_sin,
+                                   params ? &params->alibi_slopes : NULL};
+    static const char *const names[] = {"out", "lse", "kv.k_cache", "kv.v_cache",
+                                        "kv.k_new", "kv.v_new", "kv.rotary_cos",
+                                        "kv.rotary_sin", "params.alibi_slopes"};
+    fa_status st;
+    for (int i = 0; i < (int)(sizeof ts / sizeof *ts); i++)
+        if (ts[i] && given(ts[i]) && (st = fa__check_same_device(ts[i], names[i], c->q, "q")))
+            return st;
+    return FA_OK;
 }
 
 /* Every check, then the problem over the cache's view; *none: the call has nothing to do. */
@@ -356,6 +400,10 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
         return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
                          kv->num_splits, FA_MAX_SPLITS);
     if ((st = check_tensors(c, q, kv, out))) return st;
+    c->q = q;
+    c->stream = fa__params_stream(params);
+    if (q->device == FA_DEVICE_CUDA && (st = fa__plugin_device("q", q->device_index, &c->api)))
+        return st;
 
     p->B = c->B;
     p->Sq = c->Sq;
@@ -372,7 +420,7 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if ((st = check_indices(c, kv))) return st;
     const int shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
     if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
-        (st = fa__resolve_alibi(params, p, span(c, 0))) || (st = fa__check_slopes(p->alibi, p)))
+        (st = fa__resolve_alibi(params, p, span(c, 0))))
         return st;
     if (lse) {
         if ((st = fa__check_view(lse, "lse", 3, "(B, H, Sq)", 1, span(c, 1)))) return st;
@@ -389,7 +437,9 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
         p->lse_sh = lse->stride[1];
         p->lse_ss = lse->stride[2];
     }
-    if ((st = fa__check_overlap(c->out, c->n_out, c->in, c->n_in))) return st;
+    if ((st = check_devices(c, params, kv, out, lse)) || (st = fa__check_slopes(params, p, c->api)) ||
+        (st = fa__check_overlap(c->out, c->n_out, c->in, c->n_in)))
+        return st;
 
     p->seqlens_k = c->seqlens_k;
     p->q = (fa__view){.data = q->data, .dtype = q->dtype, .sb = q->stride[0], .ss = q->stride[1],
@@ -399,38 +449,6 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     p->k = cache_view(&kv->k_cache, c, kv);
     p->v = cache_view(&kv->v_cache, c, kv);
     p->k.row_off = p->v.row_off = c->leftpad; /* attention starts at each row's leftpad */
-    return FA_OK;
-}
-
-/* The KV cache runs on the CPU only: a CUDA tensor anywhere is refused before anything is read. */
-static fa_status check_host_only(const fa_params *params, const fa_tensor *q, const fa_kvcache *kv,
-                                 const fa_tensor *out, const fa_tensor *lse) {
-    const fa_tensor *ts[16] = {q, out, lse};
-    const char *names[16] = {"q", "out", "lse"};
-    int n = 3;
-    if (kv && kv->struct_size == sizeof *kv) {
-        const fa_tensor *const more[] = {&kv->k_cache, &kv->v_cache, &kv->k_new, &kv->v_new,
-                                         &kv->cache_seqlens, &kv->cache_batch_idx,
-                                         &kv->cache_leftpad, &kv->block_table, &kv->rotary_cos,
-                                         &kv->rotary_sin};
-        static const char *const more_names[] = {
-            "kv.k_cache", "kv.v_cache", "kv.k_new", "kv.v_new", "kv.cache_seqlens",
-            "kv.cache_batch_idx", "kv.cache_leftpad", "kv.block_table", "kv.rotary_cos",
-            "kv.rotary_sin"};
-        for (int i = 0; i < 10; i++, n++) {
-            ts[n] = more[i];
-            names[n] = more_names[i];
-        }
-    }
-    if (params && params->struct_size >= offsetof(fa_params, cuda_stream)) {
-        ts[n] = &params->alibi_slopes;
-        names[n++] = "params.alibi_slopes";
-    }
-    for (int i = 0; i < n; i++)
-        if (ts[i] && ts[i]->device == FA_DEVICE_CUDA)
-            return fa__error(FA_ERR_UNSUPPORTED, "%s: is on CUDA device %d; fa_forward_kvcache "
-                             "runs on the CPU only (the CUDA plug-in has no KV-cache path yet)",
-                             names[i], ts[i]->device_index);
     return FA_OK;
 }
 
@@ -453,6 +471,29 @@ static void kv_writes(void *arg) {
                          w->c->D, w->q_rot);
 }
 
+/* k_new or v_new (B, S_new, Hk, D) as a view. */
+static fa__view new_view(const fa_tensor *t) {
+    return (fa__view){.data = t->data, .dtype = t->dtype, .sb = t->stride[0],
+                      .ss = t->stride[1], .sh = t->stride[2], .sd = t->stride[3]};
+}
+
+/* The append, rotary and forward by the CUDA plug-in (every index on the host). */
+static fa_status run_cuda(const kvcall *c, const fa__problem *p, const fa_kvcache *kv,
+                          const fa__rotary *ro) {
+    const int32_t shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
+    fa__kvcache_job job = {.seqlens = c->seqlens, .S_new = c->S_new, .rotary = *ro,
+                           .shift_rows = shift_rows, .num_splits = kv->num_splits};
+    if (c->paged) job.bt_cols = kv->block_table.shape[1];
+    if (c->append) {
+        job.k_new = new_view(&kv->k_new);
+        job.v_new = new_view(&kv->v_new);
+    }
+    char msg[512] = "";
+    return fa__plugin_status(c->api->kvcache(p, &job, c->q->device_index, c->stream, msg,
+                                             sizeof msg),
+                             msg);
+}
+
 fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                              const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
     fa__clear_error();
@@ -461,10 +502,11 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     fa__rotary ro;
     float *q_rot = NULL; /* rotated q, fp32 */
     int none = 0;
-    fa_status st = check_host_only(params, q, kv, out, lse);
-    if (st == FA_OK) st = prepare(&c, params, q, kv, out, lse, &p, &ro, &none);
-    if (st != FA_OK || none) {
+    fa_status st = prepare(&c, params, q, kv, out, lse, &p, &ro, &none);
+    if (st != FA_OK || none || c.api) {
+        if (st == FA_OK && !none) st = run_cuda(&c, &p, kv, &ro);
         free(c.ints);
+        free(c.bt_copy);
         return st;
     }
     /* Everything that can fail comes first (q_rot, the context, the forward's scratch): the
@@ -476,12 +518,8 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     if (st == FA_OK) st = fa__call_begin(&ctx, params);
     if (st == FA_OK) {
         const fa__kvappend a = {
-            .k_new = {.data = kv->k_new.data, .dtype = q->dtype, .sb = kv->k_new.stride[0],
-                      .ss = kv->k_new.stride[1], .sh = kv->k_new.stride[2],
-                      .sd = kv->k_new.stride[3]},
-            .v_new = {.data = kv->v_new.data, .dtype = q->dtype, .sb = kv->v_new.stride[0],
-                      .ss = kv->v_new.stride[1], .sh = kv->v_new.stride[2],
-                      .sd = kv->v_new.stride[3]},
+            .k_new = new_view(&kv->k_new),
+            .v_new = new_view(&kv->v_new),
             .k_cache = cache_view(&kv->k_cache, &c, kv),
             .v_cache = cache_view(&kv->v_cache, &c, kv),
             .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D,
@@ -497,5 +535,6 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     }
     free(q_rot);
     free(c.ints);
+    free(c.bt_copy);
     return st;
 }

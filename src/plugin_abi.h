@@ -8,7 +8,9 @@
  * so the plug-in receives only well-formed problems. In a problem handed to the plug-in:
  *   - the views' data, lse and alibi are device pointers on `device`;
  *   - cu_q, cu_k and seqlens_k (when not NULL) are HOST arrays, already validated; the plug-in
- *     copies them to the device itself. They stay valid only until the call returns.
+ *     copies them to the device itself. They stay valid only until the call returns. So are a
+ *     KV cache's indices: the views' row_off, block_table and batch_idx, and fa__kvcache_job's
+ *     seqlens.
  * Functions return an fa_status value and, on error, write a one-line message into msg
  * (capacity cap, always NUL-terminated). Work is enqueued on `stream` (a cudaStream_t; NULL = the
  * legacy default stream) and may still be running when the function returns, as with any CUDA
@@ -22,13 +24,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 2u /* 2: backward */
+#define FA__PLUGIN_ABI_VERSION 3u /* 2: backward, 3: KV cache */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"
 
 /* Directions for copy(). */
 enum { FA__COPY_H2D = 0, FA__COPY_D2H = 1, FA__COPY_D2D = 2 };
+
+/* What fa_forward_kvcache does before its forward (every array on the host, validated):
+ *   1. the append: k_new/v_new (B, S_new, Hk, D) into the caches at positions seqlens[b] + i,
+ *      through the caches' page table or batch index but not their leftpad (positions are
+ *      absolute); k_new rotated first when rotary.cos is set;
+ *   2. with rotary, q's row i of batch b rotated at position seqlens[b] + (shift_rows ? i : 0);
+ * then the forward of the problem over the cache views (batch b: seqlens_k[b] keys from its
+ * leftpad on). The append writes only rows no batch of the call reads before it (checked). */
+typedef struct fa__kvcache_job {
+    const int32_t *seqlens; /* [B] cache_seqlens */
+    int64_t bt_cols;        /* paged: the columns of the block table, [B, bt_cols] at bt_stride */
+    fa__view k_new, v_new;  /* data NULL: nothing to append */
+    int64_t S_new;
+    fa__rotary rotary; /* cos, sin: device pointers */
+    int32_t shift_rows;
+    int32_t num_splits; /* the decode's splits over the keys, 0 = chosen by the plug-in */
+} fa__kvcache_job;
 
 typedef struct fa__plugin_api {
     uint32_t abi_version;  /* FA__PLUGIN_ABI_VERSION the plug-in was built with */
@@ -62,6 +81,11 @@ typedef struct fa__plugin_api {
      * sequence: 0) from q, k, v, out, dout and the forward's lse, every feature of the forward;
      * deterministic (the same bits on every run). Errors as forward. */
     int (*backward)(const fa__problem *p, int device, void *stream, char *msg, size_t cap);
+
+    /* fa_forward_kvcache: job's append and rotary, then out (and lse) of p over the caches,
+     * with causal/window, softcap, ALiBi and GQA; no dropout. Errors as forward. */
+    int (*kvcache)(const fa__problem *p, const fa__kvcache_job *job, int device, void *stream,
+                   char *msg, size_t cap);
 } fa__plugin_api;
 
 /* The plug-in's one exported function: its table if it speaks abi_version, else NULL. */

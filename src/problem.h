@@ -66,6 +66,15 @@ typedef struct fa__problem {
     uint64_t dropout_seed, dropout_offset;
 } fa__problem;
 
+/* fa_forward_kvcache's rotary tables: row pos at cos + pos*s_row elements, column t at
+ * + t*s_col; the first rd dims rotated, pairs (2t, 2t+1) when interleaved, else (t, t + rd/2). */
+typedef struct fa__rotary {
+    const void *cos, *sin; /* NULL = no rotary */
+    int32_t dtype, esize;
+    int64_t s_row, s_col, rd;
+    int interleaved;
+} fa__rotary;
+
 /* Batch b's first row and its lengths. */
 static inline int64_t fa__row0_q(const fa__problem *p, int64_t b) { return p->cu_q ? p->cu_q[b] : 0; }
 static inline int64_t fa__row0_k(const fa__problem *p, int64_t b) { return p->cu_k ? p->cu_k[b] : 0; }

@@ -170,9 +170,19 @@ static int dropout_mask(const fa__problem *p, int device, void *stream, char *ms
     return status(fa_dropout_mask(&prm, &m), msg, cap);
 }
 
+/* The KV cache needs device kernels (append, rotary, page table) that this stand-in does not
+ * imitate: the emulated plug-in (tests/cuda_emu) and a GPU test fa_forward_kvcache on CUDA. */
+static int kvcache(const fa__problem *p, const fa__kvcache_job *job, int device, void *stream,
+                   char *msg, size_t cap) {
+    (void)p, (void)job, (void)stream;
+    if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    snprintf(msg, cap, "fake plug-in: no KV cache (run the emulated plug-in)");
+    return FA_ERR_UNSUPPORTED;
+}
+
 static const fa__plugin_api api = {
     FA__PLUGIN_ABI_VERSION, (uint32_t)sizeof(fa__problem), "fake plug-in for tests (host memory)",
-    device_count, device_describe, alloc, release, copy, forward, dropout_mask, backward};
+    device_count, device_describe, alloc, release, copy, forward, dropout_mask, backward, kvcache};
 
 __attribute__((visibility("default"))) const fa__plugin_api *fa_cuda_plugin_entry(uint32_t abi) {
     return abi == FA__PLUGIN_ABI_VERSION ? &api : NULL;

@@ -50,14 +50,6 @@ fa__score_path fa__fwd_score_rows(const fa__problem *p, const fa__cpu_kernels *k
  * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);
 
-/* Rotary tables: row pos at cos + pos*s_row elements, column t at + t*s_col; rd dims rotated. */
-typedef struct fa__rotary {
-    const void *cos, *sin; /* NULL = no rotary */
-    int32_t dtype, esize;
-    int64_t s_row, s_col, rd;
-    int interleaved;
-} fa__rotary;
-
 /* The append of fa_forward_kvcache: k_new/v_new (B, S_new, Hk, D) written into the caches at
  * absolute positions seqlens[b] + i (the cache views carry page table and batch index, no
  * leftpad), k_new rotated first when rotary.cos is set. */
