@@ -12,6 +12,7 @@
 #define FA_CUDA_KERNELS_H
 
 #include "bwd_row.h"
+#include "plugin_abi.h"
 #include "problem.h"
 
 #include <cuda_runtime.h>
@@ -37,7 +38,10 @@ cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_t stream);
 /* Stage 2 (fwd_mma.cu): does the mma.sync kernel handle p on a device of compute capability
  * sm = 10·major + minor? Then fa__mma_forward computes what fa__simple_forward would, with
  * key blocks of d128_block_n keys when the kernel for D = 128 runs (D = 104..128; 32 or 64,
- * see fa__mma_d128_block_n). */
+ * see fa__mma_d128_block_n). KV caches too (the attention of fa_forward_kvcache, any Sq):
+ * fa__mma_supported takes the host problem (it reads seqlens_k and row_off; K and V must share
+ * their indices), fa__mma_forward the problem with every index on the device (pd, below; it
+ * reads k's indices for both), and cu_q_dev = cu_k_dev = NULL. */
 int fa__mma_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream);
@@ -51,14 +55,27 @@ int fa__mma_d128_block_n(const char *tile, int sm);
  * pd is the problem with every index on the device: seqlens_k and the K/V views' row_off,
  * block_table and batch_idx point to device copies (plugin.cu uploads them). */
 
+/* kvcache.cu: job's append of k_new/v_new into pd's caches at seqlens_dev[b] + i (k_new
+ * rotated when job->rotary.cos is set), with src/cpu/kvcache.c's bits. */
+cudaError_t fa__kv_append(const fa__problem *pd, const fa__kvcache_job *job,
+                          const int32_t *seqlens_dev, cudaStream_t stream);
+/* kvcache.cu: pd's q rotated (row i of batch b at position seqlens_dev[b] + (shift_rows ? i :
+ * 0)) into dst, contiguous (B, Sq, H, D) of dtype dst_dtype (fp32: the CPU's values). */
+cudaError_t fa__kv_rotate_q(const fa__problem *pd, const fa__kvcache_job *job,
+                            const int32_t *seqlens_dev, void *dst, int32_t dst_dtype,
+                            cudaStream_t stream);
+
 /* decode.cu, the split-KV decode: the G·Sq query rows that share a KV head (G = H / Hk) in one
- * CTA, so each cache byte is read once; keys in fixed chunks of FA_DECODE_CHUNK whose partial
- * (m, l, o) go to scratch and are merged in chunk order, so the result has the same bits for
- * every split count. Does it handle p (host view; fixed length, no dropout)? */
+ * CTA, so each cache byte is read once; keys in fixed chunks of FA_DECODE_CHUNK (256) whose
+ * partial (m, l, o) go to scratch and are merged in chunk order, so the result has the same bits
+ * for every split count. Does it handle p (host view; only the index pointers' presence is
+ * read)? Fixed length, no dropout, G·Sq <= 16, D <= 256 with rows of whole 16-byte groups;
+ * k, v and out of one dtype (fp32, fp16, bf16), q of that dtype or fp32; k and v with sd = 1
+ * and data, ss, sh, sb on 16-byte boundaries (q, out and lse: any strides). */
 int fa__decode_supported(const fa__problem *p);
-/* The splits (CTAs along the keys of one (batch, KV head)) for num_splits (0: chosen from
- * sms, the device's SM count), and the scratch the call needs for max_sk, the most keys of any
- * batch. */
+/* The splits (CTAs along the keys of one (batch, KV head)) for num_splits (> 0: that many, at
+ * most the chunks; 0: chosen from sms, the device's SM count), and the scratch the call needs for
+ * max_sk, the most keys of any batch (fa__decode_forward's max_sk must be the same). */
 int fa__decode_splits(const fa__problem *p, int64_t max_sk, int num_splits, int sms);
 size_t fa__decode_scratch_bytes(const fa__problem *p, int64_t max_sk);
 cudaError_t fa__decode_forward(const fa__problem *pd, int64_t max_sk, int splits, void *scratch,

@@ -2,7 +2,8 @@
 /*
  * plugin.cu — libflashattn_cuda.so's one exported function, fa_cuda_plugin_entry, and the
  * fa__plugin_api table it returns (src/plugin_abi.h): device queries, device memory and copies
- * for C users without the CUDA toolkit, and the forward, backward and dropout-mask launches.
+ * for C users without the CUDA toolkit, and the forward, backward, KV-cache and dropout-mask
+ * launches.
  *
  * The core has validated every argument. Each call makes its device current and restores the
  * caller's current device before returning; work is enqueued on the caller's stream. A failed
@@ -18,6 +19,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The archs the build compiled for, e.g. "sm_80 sm_90 + PTX" (set by the build). */
 #ifndef FA_CUDA_ARCHS_STR
@@ -124,6 +126,11 @@ static cudaError_t device_sm(int device, int *sm) {
     if (device < FA_SM_CACHE)
         __atomic_store_n(&sm_cache[device], *sm, __ATOMIC_RELAXED);
     return cudaSuccess;
+}
+
+/* The SM count of device (asked at each call: one attribute query). */
+static cudaError_t device_sms(int device, int *sms) {
+    return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
 }
 
 static int plugin_device_count(int *count, char *msg, size_t cap) {
@@ -327,6 +334,145 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
     return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
 }
 
+/* A KV-cache call's indices on the device: one buffer (mem, freed with mem_free) holding
+ * seqlens, seqlens_k, batch_idx and leftpad ([B] each, when given) and the block table's span,
+ * and pd, p with its indices pointing into it. */
+typedef struct fa_kv_dev {
+    int32_t *mem;
+    const int32_t *seqlens;
+    fa__problem pd;
+} fa_kv_dev;
+
+static int upload_kv(const fa__problem *p, const fa__kvcache_job *job, const fa_stream_mem *m,
+                     int device, fa_kv_dev *kd, char *msg, size_t cap) {
+    const int64_t B = p->B;
+    const int64_t bt_n = p->k.block_table ? (B - 1) * p->k.bt_stride + job->bt_cols : 0;
+    const int64_t n = 2 * B + (p->k.batch_idx ? B : 0) + (p->k.row_off ? B : 0) + bt_n;
+    const size_t bytes = (size_t)n * sizeof(int32_t);
+    int32_t *host = (int32_t *)malloc(bytes);
+    if (!host) {
+        snprintf(msg, cap, "kvcache: out of host memory for %zu bytes of cache indices", bytes);
+        return FA_ERR_NO_MEMORY;
+    }
+    kd->pd = *p;
+    kd->mem = NULL;
+    cudaError_t e = mem_alloc(m, (void **)&kd->mem, bytes);
+    if (e != cudaSuccess) {
+        free(host);
+        return fail(e, msg, cap, "allocating %zu bytes (cache indices) on device %d", bytes,
+                    device);
+    }
+    /* Packed in that order; each device pointer of pd follows its host array. */
+    int64_t at = 0;
+    const int32_t *const src[5] = {job->seqlens, p->seqlens_k, p->k.batch_idx, p->k.row_off,
+                                   p->k.block_table};
+    const int32_t **const dst[5] = {&kd->seqlens, &kd->pd.seqlens_k, &kd->pd.k.batch_idx,
+                                    &kd->pd.k.row_off, &kd->pd.k.block_table};
+    for (int i = 0; i < 5; i++) {
+        const int64_t len = i < 4 ? B : bt_n;
+        if (!src[i] || len == 0)
+            continue;
+        memcpy(host + at, src[i], (size_t)len * sizeof(int32_t));
+        *dst[i] = kd->mem + at;
+        at += len;
+    }
+    kd->pd.v.batch_idx = kd->pd.k.batch_idx;
+    kd->pd.v.row_off = kd->pd.k.row_off;
+    kd->pd.v.block_table = kd->pd.k.block_table;
+    /* From pageable memory the copy returns once host is read. */
+    e = cudaMemcpyAsync(kd->mem, host, bytes, cudaMemcpyHostToDevice, m->stream);
+    free(host);
+    if (e != cudaSuccess) {
+        const int st = fail(e, msg, cap, "cudaMemcpyAsync of cache indices to device %d", device);
+        (void)mem_free(m, kd->mem);
+        return st;
+    }
+    return FA_OK;
+}
+
+/* The attention kernel of a KV-cache call. */
+enum { FA_KV_SIMPLE, FA_KV_DECODE, FA_KV_MMA };
+
+/* q as the attention reads it: p's, or rotated into scratch (contiguous, of dtype). */
+static fa__view q_view(const fa__problem *p, void *scratch, int32_t dtype) {
+    if (!scratch)
+        return p->q;
+    fa__view q;
+    memset(&q, 0, sizeof q);
+    q.data = scratch, q.dtype = dtype;
+    q.sb = p->Sq * p->H * p->D, q.ss = p->H * p->D, q.sh = p->D, q.sd = 1;
+    return q;
+}
+
+/* The kernel for p on a device of compute capability sm, with q rotated into q_rot (or not,
+ * NULL): the decode for few query rows a KV head, else the tensor-core forward where it
+ * applies (q_rot in q's dtype), else stage 1. */
+static int kv_kernel(const fa__problem *p, void *q_rot, int sm) {
+    fa__problem h = *p;
+    h.q = q_view(p, q_rot, FA_DTYPE_F32);
+    if (fa__decode_supported(&h))
+        return FA_KV_DECODE;
+    h.q = q_view(p, q_rot, p->k.dtype);
+    return fa__mma_supported(&h, sm) ? FA_KV_MMA : FA_KV_SIMPLE;
+}
+
+/* fa_forward_kvcache on the current device: the indices uploaded, the append, q rotated, then
+ * the attention kernel (kv_kernel) over the caches. */
+static int run_kvcache(const fa__problem *p, const fa__kvcache_job *job, int device, int sm,
+                       int sms, cudaStream_t stream, char *msg, size_t cap) {
+    const fa_stream_mem m = stream_mem(device, stream);
+    fa_kv_dev kd;
+    int st = upload_kv(p, job, &m, device, &kd, msg, cap);
+    if (st != FA_OK)
+        return st;
+    int64_t max_sk = 0;
+    for (int64_t b = 0; b < p->B; b++)
+        max_sk = p->seqlens_k[b] > max_sk ? p->seqlens_k[b] : max_sk;
+    /* Scratch: q rotated (fp32 at most), then the decode's partials. */
+    const size_t q_bytes = job->rotary.cos ? (size_t)(p->B * p->Sq * p->H * p->D) * 4 : 0;
+    void *scratch = NULL;
+    cudaError_t e = cudaSuccess;
+    if (q_bytes > 0 && (e = mem_alloc(&m, &scratch, q_bytes)) != cudaSuccess) {
+        st = fail(e, msg, cap, "allocating %zu bytes (rotated q) on device %d", q_bytes, device);
+        return free_after(&m, kd.mem, st, device, "cache indices", msg, cap);
+    }
+    const int kernel = kv_kernel(p, scratch, sm);
+    void *partials = NULL;
+    if (kernel == FA_KV_DECODE && p->Sq > 0) {
+        const size_t bytes = fa__decode_scratch_bytes(p, max_sk);
+        if ((e = mem_alloc(&m, &partials, bytes)) != cudaSuccess)
+            st = fail(e, msg, cap, "allocating %zu bytes (decode partials) on device %d", bytes,
+                      device);
+    }
+    const char *what = "fa__kv_append";
+    if (st == FA_OK)
+        e = fa__kv_append(&kd.pd, job, kd.seqlens, stream);
+    const int32_t q_dtype = kernel == FA_KV_MMA ? p->k.dtype : FA_DTYPE_F32;
+    if (st == FA_OK && e == cudaSuccess && scratch) {
+        what = "fa__kv_rotate_q";
+        e = fa__kv_rotate_q(&kd.pd, job, kd.seqlens, scratch, q_dtype, stream);
+        kd.pd.q = q_view(p, scratch, q_dtype);
+    }
+    if (st == FA_OK && e == cudaSuccess && p->Sq > 0) {
+        static const char *const names[3] = {"fa__simple_forward", "fa__decode_forward",
+                                             "fa__mma_forward"};
+        what = names[kernel];
+        if (kernel == FA_KV_DECODE)
+            e = fa__decode_forward(&kd.pd, max_sk,
+                                   fa__decode_splits(p, max_sk, job->num_splits, sms), partials,
+                                   stream);
+        else if (kernel == FA_KV_MMA) /* the default D = 128 tile (FA_CUDA_TILE_D128 unread) */
+            e = fa__mma_forward(&kd.pd, fa__mma_d128_block_n(NULL, sm), NULL, NULL, stream);
+        else
+            e = fa__simple_forward(&kd.pd, NULL, NULL, stream);
+    }
+    if (st == FA_OK && e != cudaSuccess)
+        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);
+    st = free_after(&m, partials, st, device, "decode partials", msg, cap);
+    st = free_after(&m, scratch, st, device, "rotated q", msg, cap);
+    return free_after(&m, kd.mem, st, device, "cache indices", msg, cap);
+}
+
 static int plugin_forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
     if (p->seqlens_k || p->k.row_off || p->k.block_table || p->k.batch_idx) {
         snprintf(msg, cap,
@@ -373,6 +519,24 @@ static int plugin_backward(const fa__problem *p, int device, void *stream, char 
     return st;
 }
 
+static int plugin_kvcache(const fa__problem *p, const fa__kvcache_job *job, int device,
+                          void *stream, char *msg, size_t cap) {
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
+    if (st != FA_OK)
+        return st;
+    int sm = 0, sms = 0;
+    cudaError_t e = device_sm(device, &sm);
+    if (e == cudaSuccess)
+        e = device_sms(device, &sms);
+    if (e != cudaSuccess)
+        st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, SMs, %d)", device);
+    else
+        st = run_kvcache(p, job, device, sm, sms, (cudaStream_t)stream, msg, cap);
+    leave_device(device, &prev);
+    return st;
+}
+
 static int plugin_dropout_mask(const fa__problem *p, int device, void *stream, char *msg,
                                size_t cap) {
     fa_saved_device prev;
@@ -407,6 +571,7 @@ static const fa__plugin_api plugin_api = {
     plugin_forward,
     plugin_dropout_mask,
     plugin_backward,
+    plugin_kvcache,
 };
 
 extern "C" __attribute__((visibility("default"))) const fa__plugin_api *

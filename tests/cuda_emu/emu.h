@@ -694,6 +694,9 @@ static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
+static inline float __fmul_rn(float a, float b) { return a * b; } // no contraction in C++
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline void __syncthreads() { emu::syncthreads(); }
 static inline int __syncthreads_or(int pred) { return emu::syncthreads_or(pred); }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {

@@ -19,6 +19,7 @@ enum cudaMemcpyKind {
 };
 enum cudaDeviceAttr {
     cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMemoryPoolsSupported = 115
 };
@@ -33,6 +34,10 @@ struct cudaDeviceProp {
 namespace emu {
 static int g_device = 0;
 } // namespace emu
+
+/* The emulated device's SM count: small, so that choices made from it (the decode's splits)
+ * differ from a GPU's and are exercised. */
+enum { kEmuSMs = 4 };
 
 static inline cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
@@ -51,7 +56,9 @@ static inline cudaError_t cudaSetDevice(int d) {
 static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
     if (device != 0)
         return cudaErrorInvalidDevice;
-    *v = attr == cudaDevAttrComputeCapabilityMajor ? 9 : attr == cudaDevAttrMemoryPoolsSupported;
+    *v = attr == cudaDevAttrComputeCapabilityMajor ? 9
+         : attr == cudaDevAttrMultiProcessorCount  ? (int)kEmuSMs
+                                                   : attr == cudaDevAttrMemoryPoolsSupported;
     return cudaSuccess;
 }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
@@ -59,7 +66,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int devi
         return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "emulated GPU (tests/cuda_emu)");
-    prop->major = 9, prop->minor = 0, prop->multiProcessorCount = 1;
+    prop->major = 9, prop->minor = 0, prop->multiProcessorCount = kEmuSMs;
     prop->totalGlobalMem = (size_t)1 << 30;
     return cudaSuccess;
 }
