@@ -2,8 +2,15 @@
 /*
  * fwd_mma.cu — the stage-2 forward kernel: FA2-class attention on tensor cores for sm_80 and
  * later, fp16/bf16, any head dim D <= 256 that is a multiple of 8, with causal/sliding windows,
- * GQA, varlen, lse, softcap and ALiBi. Everything else (and the varlen rows outside every
- * sequence) is stage 1's.
+ * GQA, varlen, lse, softcap, ALiBi and KV caches. Everything else (and the varlen rows outside
+ * every sequence) is stage 1's.
+ *
+ * KV caches (fa_forward_kvcache, any number of query rows): batch b has seqlens_k[b] keys,
+ * read in place through the cache's indices (problem.h, fa__view_at). The indices of a
+ * contiguous cache (cache_batch_idx, leftpad) move the batch's first K/V row in the prologue,
+ * and the kernel is the plain one; the paged kernel (kPaged) looks up the page of every row it
+ * copies, so that a key block may span pages of any size. Its page numbers for the next block
+ * are read before the barrier that precedes the block's copies.
  *
  * Like FA2, a kernel is compiled for each kD in {32, 64, ..., 256} and runs every D in
  * (kD - 32, kD]: the products run over kD, with Q, K and V zero in columns [D, kD) of shared
@@ -70,6 +77,12 @@ typedef struct fa_mma_params {
     const int32_t *cu_q, *cu_k; /* NULL: fixed length */
     const float *alibi;         /* NULL: none */
     int64_t alibi_sb, alibi_sh;
+    /* KV cache (problem.h; NULL when absent): the lengths, and the indices K and V share */
+    const int32_t *seqlens_k, *kv_row_off, *kv_batch, *block_table;
+    int64_t bt_stride;
+    int page;          /* paged: rows a page */
+    uint32_t page_mul; /* paged: r / page = (umulhi(r, page_mul) + r) >> page_shift */
+    int page_shift;
     int Sq, Sk, H, group, nqb; /* group = H / Hk; nqb = query blocks per (batch, head) */
     int dch;                   /* D / 8: the 16-byte chunks of a row that hold data */
     int window_left, window_right;
@@ -81,6 +94,63 @@ typedef struct fa_mma_params {
 /* Query rows per CTA of the kernel for kD: 128 (two m16 tiles a warp) up to 128; 64 above,
  * where O alone is up to 128 fp32 a thread at one m16 tile a warp. */
 static __host__ __device__ constexpr int fa_block_m(int kd) { return kd > 128 ? 64 : 128; }
+
+/* A thread's copies of a [kRows, kW] tile (fa_copy_at): kRows / kRowStep. */
+static __host__ __device__ constexpr int fa_copies(int rows, int kw) {
+    return rows / (kThreads / (kw / 8));
+}
+
+/* r / page for 0 <= r < 2^31 by a multiply-high and a shift (Granlund and Montgomery; the sum
+ * stays below 2^32 as umulhi(r, page_mul) <= r). */
+static __device__ __forceinline__ int fa_page_div(const fa_mma_params &prm, int r) {
+    const uint32_t hi = (uint32_t)(((uint64_t)(uint32_t)r * prm.page_mul) >> 32);
+    return (int)((hi + (uint32_t)r) >> prm.page_shift);
+}
+
+/* Byte offset of key j's row of K or V (batch and row strides sb, ss in bytes) from the
+ * kernel's pointer to it: j rows; paged, row rk + j of the batch's cache, page table bt. */
+template <bool kPaged>
+static __device__ __forceinline__ int64_t fa_kv_off(const fa_mma_params &prm, const int32_t *bt,
+                                                    int rk, int64_t sb, int64_t ss, int j) {
+    if (!kPaged)
+        return j * ss;
+    const int r = rk + j, pg = fa_page_div(prm, r);
+    return bt[pg] * sb + (int64_t)(r - pg * prm.page) * ss;
+}
+
+/* Paged: the page pg[it] and the row in it in[it] of thread tid's copy it of a [kRows, kW] K/V
+ * tile whose first row is cache row r0 (page table bt); rows >= n get page 0 (not read). */
+template <int kRows, int kW>
+static __device__ __forceinline__ void
+fa_page_rows(const fa_mma_params &prm, const int32_t *bt, int r0, int n, int tid,
+             int (&pg)[fa_copies(kRows, kW)], int (&in)[fa_copies(kRows, kW)]) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
+#pragma unroll
+    for (int it = 0; it < fa_copies(kRows, kW); ++it) {
+        const int row = tid / kChunks + it * kRowStep, r = r0 + row, q = fa_page_div(prm, r);
+        pg[it] = row < n ? bt[q] : 0;
+        in[it] = r - q * prm.page;
+    }
+}
+
+/* Paged: rows [0, n) and chunks [0, dch) of a K and a V tile ([kRows, kW] at dk and dv) from
+ * the pages fa_page_rows found; k and v hold head hk of page 0, the source of the zero-filled
+ * copies (rows >= n, chunks >= dch), as in fa_load_tile. */
+template <int kRows, int kW>
+static __device__ __forceinline__ void
+fa_load_kv_paged(uint32_t dk, uint32_t dv, const fa_mma_params &prm, const char *k, const char *v,
+                 const int (&pg)[fa_copies(kRows, kW)], const int (&in)[fa_copies(kRows, kW)],
+                 int n, int tid) {
+    constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
+    const int ch = tid % kChunks;
+#pragma unroll
+    for (int it = 0; it < fa_copies(kRows, kW); ++it) {
+        const bool ok = ch < prm.dch && tid / kChunks + it * kRowStep < n;
+        const uint32_t at = fa_copy_at<kW, kThreads>(tid, it);
+        fa_cp_async16(dk + at, ok ? k + pg[it] * prm.k_sb + in[it] * prm.k_ss + 16 * ch : k, ok);
+        fa_cp_async16(dv + at, ok ? v + pg[it] * prm.v_sb + in[it] * prm.v_ss + 16 * ch : v, ok);
+    }
+}
 
 /* The source of thread tid's first copy in a whole [kRows, kW] tile at src (row stride ss
  * bytes), for fa_load_block: its row tid / kChunks, its chunk, or chunk 0 of that row when the
@@ -110,10 +180,11 @@ static __device__ __forceinline__ void fa_load_block(uint32_t dst, const char *f
 /* Do thread tid's chunks of V's key block from key j0 (those it loads: chunk tid % kChunks of
  * rows tid / kChunks + it·kRowStep; keys below sk, chunks below dch) hold a NaN or an infinity?
  * A half is one when its exponent is all ones: adding the exponent's lowest bit then carries
- * into the half's top bit. v: key 0's row (row stride v_ss bytes). */
-template <int kRows, int kW, bool kBf16>
-static __device__ __forceinline__ bool fa_block_nonfinite(const char *v, int64_t v_ss, int j0,
-                                                          int sk, int dch, int tid) {
+ * into the half's top bit. v, bt, rk: V as fa_kv_off reads it. */
+template <int kRows, int kW, bool kBf16, bool kPaged>
+static __device__ __forceinline__ bool fa_block_nonfinite(const fa_mma_params &prm, const char *v,
+                                                          const int32_t *bt, int rk, int j0, int sk,
+                                                          int tid) {
     constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
     constexpr uint32_t kExp = kBf16 ? 0x7f807f80u : 0x7c007c00u;
     constexpr uint32_t kExpLow = kBf16 ? 0x00800080u : 0x04000400u;
@@ -121,8 +192,10 @@ static __device__ __forceinline__ bool fa_block_nonfinite(const char *v, int64_t
     uint32_t any = 0;
 #pragma unroll
     for (int it = 0; it < kRows / kRowStep; ++it) {
-        if (ch < dch && r0 + it * kRowStep < sk) {
-            const uint4 x = *(const uint4 *)(v + (r0 + it * kRowStep) * v_ss + 16 * ch);
+        if (ch < prm.dch && r0 + it * kRowStep < sk) {
+            const int64_t at =
+                fa_kv_off<kPaged>(prm, bt, rk, prm.v_sb, prm.v_ss, r0 + it * kRowStep);
+            const uint4 x = *(const uint4 *)(v + at + 16 * ch);
             any |= ((x.x & kExp) + kExpLow) | ((x.y & kExp) + kExpLow) | ((x.z & kExp) + kExpLow) |
                    ((x.w & kExp) + kExpLow);
         }
@@ -136,10 +209,11 @@ static __device__ __forceinline__ bool fa_block_nonfinite(const char *v, int64_t
  * keys a row sees take part, so a NaN or an infinity of V at a key it cannot see stays out,
  * which P V over a whole key block cannot do (0 times NaN is NaN). The key loop's results are
  * replaced by these when an edge block's V held such a value; slow, and only then. */
-template <int kBlockM, bool kBf16, class Smem>
+template <int kBlockM, bool kBf16, bool kPaged, class Smem>
 static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const char *k,
-                                     const char *v, unsigned b, unsigned h, int rq, int sq, int sk,
-                                     int i0, float slope_l2, int tid) {
+                                     const char *v, const int32_t *bt, int rk, unsigned b,
+                                     unsigned h, int rq, int sq, int sk, int i0, float slope_l2,
+                                     int tid) {
     const int off = sk - sq, D = 8 * prm.dch;
     for (int r = tid; r < kBlockM && i0 + r < sq; r += kThreads) {
         const int i = i0 + r, lo = fa_key_lo(prm, i, off, sk), hi = fa_key_hi(prm, i, off, sk);
@@ -149,11 +223,13 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
             *o(d) = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (int j = lo; j < hi; ++j) {
+            const char *kj = k + fa_kv_off<kPaged>(prm, bt, rk, prm.k_sb, prm.k_ss, j);
+            const char *vj = v + fa_kv_off<kPaged>(prm, bt, rk, prm.v_sb, prm.v_ss, j);
             float s = 0.0f;
             for (int ch = 0; ch < prm.dch; ++ch) {
                 float qx[8], kx[8];
                 fa_chunk_f32<kBf16>(q + 16 * ch, qx);
-                fa_chunk_f32<kBf16>(k + j * prm.k_ss + 16 * ch, kx);
+                fa_chunk_f32<kBf16>(kj + 16 * ch, kx);
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
                     s = fmaf(qx[e], kx[e], s);
@@ -175,7 +251,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
             l += e;
             for (int ch = 0; ch < prm.dch; ++ch) {
                 float vx[8];
-                fa_chunk_f32<kBf16>(v + j * prm.v_ss + 16 * ch, vx);
+                fa_chunk_f32<kBf16>(vj + 16 * ch, vx);
 #pragma unroll
                 for (int x = 0; x < 8; ++x)
                     *o(8 * ch + x) += e * vx[x];
@@ -193,7 +269,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
     }
 }
 
-template <int kD, int kBlockM, int kBlockN, bool kBf16>
+template <int kD, int kBlockM, int kBlockN, bool kBf16, bool kPaged>
 __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // never launched: fa__mma_supported() needs sm >= 80 (cp.async, bf16 mma)
@@ -227,9 +303,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
      * b and h are unsigned so their 64-bit offsets need no sign-extension registers. */
     const int m_block = prm.nqb - 1 - (int)(blockIdx.x % prm.nqb);
     const unsigned bh = blockIdx.x / prm.nqb, b = bh / prm.H, h = bh % prm.H;
-    const int rq = prm.cu_q ? prm.cu_q[b] : 0, rk = prm.cu_k ? prm.cu_k[b] : 0;
+    /* K/V: key j is row rk + j of the batch's sequence (varlen) or cache (leftpad) */
+    const int rq = prm.cu_q ? prm.cu_q[b] : 0;
+    const int rk = prm.cu_k ? prm.cu_k[b] : prm.kv_row_off ? prm.kv_row_off[b] : 0;
     const int sq = prm.cu_q ? prm.cu_q[b + 1] - rq : prm.Sq;
-    const int sk = prm.cu_k ? prm.cu_k[b + 1] - rk : prm.Sk;
+    const int sk = prm.cu_k ? prm.cu_k[b + 1] - rk : prm.seqlens_k ? prm.seqlens_k[b] : prm.Sk;
     const int i0 = m_block * kBlockM;
     if (i0 >= sq)
         return;
@@ -241,10 +319,12 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     const int lo_last = fa_key_lo(prm, i_last, off, sk), hi_first = fa_key_hi(prm, i0, off, sk);
     const int n_min = j_lo / kBlockN, n_end = j_hi > j_lo ? (j_hi + kBlockN - 1) / kBlockN : n_min;
 
-    const unsigned hk = h / prm.group;
+    const unsigned hk = h / prm.group, kvb = prm.kv_batch ? prm.kv_batch[b] : b; // K/V's batch
     const char *q = prm.q + b * prm.q_sb + (int64_t)(rq + i0) * prm.q_ss + h * prm.q_sh;
-    const char *k = prm.k + b * prm.k_sb + (int64_t)rk * prm.k_ss + hk * prm.k_sh;
-    const char *v = prm.v + b * prm.v_sb + (int64_t)rk * prm.v_ss + hk * prm.v_sh;
+    /* Key j's row of K is at k + fa_kv_off(..., j): key 0's row, or paged, head hk of page 0 */
+    const char *k = prm.k + (kPaged ? 0 : kvb * prm.k_sb + (int64_t)rk * prm.k_ss) + hk * prm.k_sh;
+    const char *v = prm.v + (kPaged ? 0 : kvb * prm.v_sb + (int64_t)rk * prm.v_ss) + hk * prm.v_sh;
+    const int32_t *bt = kPaged ? prm.block_table + b * prm.bt_stride : nullptr; // bt: [pages]
 
     /* Softcap or ALiBi turn S into exp2-domain scores in place (mult = 1); otherwise S stays
      * raw q·k and the scale is folded into the exp2 argument (one FFMA per score). */
@@ -271,12 +351,20 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     }
 
     const int j_last = max(n_end - 1, 0) * kBlockN; // the last block's first key (0: empty band)
+    constexpr int kCopies = fa_copies(kBlockN, kW);
+    int pg[kCopies], in[kCopies]; // paged: the pages and their rows of this thread's K/V copies
     if (n_end > n_min) {
         fa_load_tile<kBlockM, kW, kThreads>(sQ, q, prm.q_ss, sq - i0, prm.dch, tid);
-        fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes, k + j_last * prm.k_ss, prm.k_ss,
-                                            sk - j_last, prm.dch, tid);
-        fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes + kKVBytes, v + j_last * prm.v_ss,
-                                            prm.v_ss, sk - j_last, prm.dch, tid);
+        if (kPaged) {
+            fa_page_rows<kBlockN, kW>(prm, bt, rk + j_last, sk - j_last, tid, pg, in);
+            fa_load_kv_paged<kBlockN, kW>(sQ + kQBytes, sQ + kQBytes + kKVBytes, prm, k, v, pg, in,
+                                          sk - j_last, tid);
+        } else {
+            fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes, k + j_last * prm.k_ss, prm.k_ss,
+                                                sk - j_last, prm.dch, tid);
+            fa_load_tile<kBlockN, kW, kThreads>(sQ + kQBytes + kKVBytes, v + j_last * prm.v_ss,
+                                                prm.v_ss, sk - j_last, prm.dch, tid);
+        }
         fa_cp_async_commit();
     }
     /* A NaN or an infinity of V at a key some row of the CTA cannot see would reach that row
@@ -292,30 +380,38 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
             n = max(n, hi_first / kBlockN - 1);
         else
             v_nonfinite |=
-                fa_block_nonfinite<kBlockN, kW, kBf16>(v, prm.v_ss, j0, sk, prm.dch, tid);
+                fa_block_nonfinite<kBlockN, kW, kBf16, kPaged>(prm, v, bt, rk, j0, sk, tid);
     }
     if (__syncthreads_or(v_nonfinite)) {
         fa_cp_async_wait_all();
         __syncthreads(); // every copy landed: the tiles are free
-        fa_rows_exact<kBlockM, kBf16>(prm, smem, k, v, b, h, rq, sq, sk, i0, slope_l2, tid);
+        fa_rows_exact<kBlockM, kBf16, kPaged>(prm, smem, k, v, bt, rk, b, h, rq, sq, sk, i0,
+                                              slope_l2, tid);
         return;
     }
     /* This thread's sources in K(n) and V(n), stepped back a block before each load of the next
      * block (all whole: jn + kBlockN <= (n_end - 1)·kBlockN < j_hi <= sk); never read when the
-     * band is empty. */
+     * band is empty. Paged: the pages of K(n-1), V(n-1) instead, read before the wait. */
     const char *kn = fa_block_src<kW>(k + j_last * prm.k_ss, prm.k_ss, prm.dch, tid);
     const char *vn = fa_block_src<kW>(v + j_last * prm.v_ss, prm.v_ss, prm.dch, tid);
     for (int n = n_end - 1, stage = 0; n >= n_min; --n, stage ^= 1) {
         const int j0 = n * kBlockN;
+        if (kPaged && n > n_min)
+            fa_page_rows<kBlockN, kW>(prm, bt, rk + j0 - kBlockN, kBlockN, tid, pg, in);
         fa_cp_async_wait_all();
         // K(n), V(n) (and Q) visible to all; every warp is done with the other stage
         __syncthreads();
         if (n > n_min) { // K(n-1), V(n-1) into the other stage, landing while this block runs
             const uint32_t next = sQ + kQBytes + (stage ^ 1) * 2 * kKVBytes;
-            kn -= kBlockN * prm.k_ss;
-            vn -= kBlockN * prm.v_ss;
-            fa_load_block<kBlockN, kW>(next, kn, prm.k_ss, prm.dch, tid);
-            fa_load_block<kBlockN, kW>(next + kKVBytes, vn, prm.v_ss, prm.dch, tid);
+            if (kPaged) {
+                fa_load_kv_paged<kBlockN, kW>(next, next + kKVBytes, prm, k, v, pg, in, kBlockN,
+                                              tid);
+            } else {
+                kn -= kBlockN * prm.k_ss;
+                vn -= kBlockN * prm.v_ss;
+                fa_load_block<kBlockN, kW>(next, kn, prm.k_ss, prm.dch, tid);
+                fa_load_block<kBlockN, kW>(next + kKVBytes, vn, prm.v_ss, prm.dch, tid);
+            }
             fa_cp_async_commit();
         }
         const uint32_t sK = sQ + kQBytes + stage * 2 * kKVBytes, sV = sK + kKVBytes;
@@ -520,31 +616,59 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
 }
 
 /* One launch: blocks CTAs of kThreads, Q plus two K/V stages of shared memory. */
-template <int kD, int kBlockM, int kBlockN, bool kBf16>
+template <int kD, int kBlockM, int kBlockN, bool kBf16, bool kPaged>
 static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaStream_t stream) {
     constexpr int smem = (kBlockM + 4 * kBlockN) * fa_tile_width(kD) * 2;
     if (smem > 48 * 1024) {
         const cudaError_t err =
-            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16>,
+            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16, kPaged>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess)
             return err;
     }
-    fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16>
+    fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16, kPaged>
         <<<(unsigned)blocks, kThreads, smem, stream>>>(prm);
     return cudaGetLastError();
 }
 
-/* fa_mma_launch of the kernel for kD (fa_block_m(kD) query rows a CTA), bf16 or fp16. */
+/* fa_mma_launch of the kernel for kD (fa_block_m(kD) query rows a CTA), bf16 or fp16, for a
+ * paged cache or not. */
 template <int kD, int kBlockN>
-static cudaError_t fa_mma_launch_as(bool bf16, const fa_mma_params &prm, int64_t blocks,
+static cudaError_t fa_mma_launch_as(bool bf16, bool paged, const fa_mma_params &prm, int64_t blocks,
                                     cudaStream_t stream) {
-    return bf16 ? fa_mma_launch<kD, fa_block_m(kD), kBlockN, true>(prm, blocks, stream)
-                : fa_mma_launch<kD, fa_block_m(kD), kBlockN, false>(prm, blocks, stream);
+    constexpr int kM = fa_block_m(kD);
+    if (paged)
+        return bf16 ? fa_mma_launch<kD, kM, kBlockN, true, true>(prm, blocks, stream)
+                    : fa_mma_launch<kD, kM, kBlockN, false, true>(prm, blocks, stream);
+    return bf16 ? fa_mma_launch<kD, kM, kBlockN, true, false>(prm, blocks, stream)
+                : fa_mma_launch<kD, kM, kBlockN, false, false>(prm, blocks, stream);
 }
 
 /* Query rows per CTA for D: those of the kernel that runs it. */
 static int fa_mma_block_m(int64_t D) { return fa_block_m(fa_mma_kd(D)); }
+
+/* A KV cache (host view p) the kernels read: fixed length; K and V share their indices (the
+ * kernel reads k's); page < 2^31; each batch's keys <= kMaxLen, and its cache rows (leftpad +
+ * keys) below 2^31 - 256 so that the kernel's row indices stay in int and fa_page_div. */
+static int fa_mma_cache_ok(const fa__problem *p) {
+    const fa__view *k = &p->k, *v = &p->v;
+    const int cache = p->seqlens_k || k->row_off || k->block_table || k->batch_idx;
+    if (!cache)
+        return 1;
+    if (p->cu_q || p->cu_k || k->row_off != v->row_off || k->block_table != v->block_table ||
+        k->batch_idx != v->batch_idx)
+        return 0;
+    if (k->block_table &&
+        (k->page != v->page || k->bt_stride != v->bt_stride || k->page < 1 || k->page > INT32_MAX))
+        return 0;
+    for (int64_t b = 0; b < p->B; ++b) {
+        const int64_t sk = p->seqlens_k ? p->seqlens_k[b] : p->Sk;
+        const int64_t off = k->row_off ? k->row_off[b] : 0;
+        if (sk < 0 || sk > kMaxLen || off < 0 || off + sk > INT32_MAX - 256)
+            return 0;
+    }
+    return 1;
+}
 
 int fa__mma_supported(const fa__problem *p, int sm) {
     const int32_t dt = p->q.dtype;
@@ -552,16 +676,18 @@ int fa__mma_supported(const fa__problem *p, int sm) {
         return 0;
     if (p->D < 8 || p->D > 256 || p->D % 8 != 0)
         return 0;
-    if (p->dropout_p != 0.0f || p->seqlens_k)
+    if (p->dropout_p != 0.0f)
         return 0;
-    if (!fa_mma_view_ok(&p->q, dt) || !fa_mma_view_ok(&p->k, dt) || !fa_mma_view_ok(&p->v, dt) ||
-        !fa_mma_view_ok(&p->out, dt))
+    if (!fa_mma_view_ok(&p->q, dt) || !fa_mma_view_ok(&p->out, dt) ||
+        !fa_mma_cache_view_ok(&p->k, dt) || !fa_mma_cache_view_ok(&p->v, dt))
+        return 0;
+    if (!fa_mma_cache_ok(p))
         return 0;
     /* The row max is taken on raw q·k and scaled after, which needs scale > 0. */
     if (!(p->scale > 0.0f) ||
         (p->softcap > 0.0f && !isfinite(2.0f * FA_LOG2E_F * (p->scale / p->softcap))))
         return 0;
-    if (p->Sq > kMaxLen || p->Sk > kMaxLen || p->Hk < 1 || p->H % p->Hk != 0)
+    if (p->Sq > kMaxLen || (!p->seqlens_k && p->Sk > kMaxLen) || p->Hk < 1 || p->H % p->Hk != 0)
         return 0;
     /* The grid is one dimension: query blocks x batch x heads CTAs. */
     const int64_t nqb = (p->Sq + fa_mma_block_m(p->D) - 1) / fa_mma_block_m(p->D);
@@ -596,6 +722,19 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.cu_k = cu_k_dev;
     prm.alibi = p->alibi;
     prm.alibi_sb = p->alibi_sb, prm.alibi_sh = p->alibi_sh;
+    const bool paged = p->k.block_table != nullptr;
+    prm.seqlens_k = p->seqlens_k;
+    prm.kv_row_off = p->k.row_off;
+    prm.kv_batch = paged ? nullptr : p->k.batch_idx; // a page table names pages, not batches
+    prm.block_table = p->k.block_table;
+    prm.bt_stride = p->k.bt_stride;
+    prm.page = paged ? (int)p->k.page : 1;
+    prm.page_shift = 0; // the least with page <= 2^page_shift
+    while (((int64_t)1 << prm.page_shift) < prm.page)
+        prm.page_shift++;
+    prm.page_mul = (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << prm.page_shift) - prm.page)) /
+                                  (uint64_t)prm.page +
+                              1);
     prm.Sq = (int)p->Sq, prm.Sk = (int)p->Sk, prm.H = (int)p->H, prm.group = (int)(p->H / p->Hk);
     prm.nqb = (int)nqb;
     prm.dch = (int)(p->D / 8);
@@ -609,25 +748,25 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     switch (fa_mma_kd(p->D)) {
     case 32:
-        return fa_mma_launch_as<32, 128>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<32, 128>(bf16, paged, prm, blocks, stream);
     case 64:
-        return fa_mma_launch_as<64, 128>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<64, 128>(bf16, paged, prm, blocks, stream);
     case 96:
-        return fa_mma_launch_as<96, 64>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<96, 64>(bf16, paged, prm, blocks, stream);
     case 128:
         if (d128_block_n == 32)
-            return fa_mma_launch_as<128, 32>(bf16, prm, blocks, stream);
+            return fa_mma_launch_as<128, 32>(bf16, paged, prm, blocks, stream);
         if (d128_block_n == 64)
-            return fa_mma_launch_as<128, 64>(bf16, prm, blocks, stream);
+            return fa_mma_launch_as<128, 64>(bf16, paged, prm, blocks, stream);
         return cudaErrorInvalidValue;
     case 160:
-        return fa_mma_launch_as<160, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<160, 32>(bf16, paged, prm, blocks, stream);
     case 192:
-        return fa_mma_launch_as<192, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<192, 32>(bf16, paged, prm, blocks, stream);
     case 224:
-        return fa_mma_launch_as<224, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<224, 32>(bf16, paged, prm, blocks, stream);
     case 256:
-        return fa_mma_launch_as<256, 32>(bf16, prm, blocks, stream);
+        return fa_mma_launch_as<256, 32>(bf16, paged, prm, blocks, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -95,10 +95,16 @@ static __device__ __forceinline__ void fa_chunk_f32(const char *src, float (&x)[
     }
 }
 
-/* fp16/bf16 with unit-stride rows, 16-byte aligned rows and heads, no cache indirection. */
-static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
+/* fp16/bf16 with unit-stride rows and 16-byte aligned data, rows, heads and batches (a paged
+ * cache's pages); KV-cache indirections allowed (fwd_mma.cu reads them). */
+static int fa_mma_cache_view_ok(const fa__view *x, int32_t dtype) {
     return x->dtype == dtype && x->sd == 1 && x->ss % 8 == 0 && x->sh % 8 == 0 && x->sb % 8 == 0 &&
-           ((uintptr_t)x->data & 15) == 0 && !x->row_off && !x->block_table && !x->batch_idx;
+           ((uintptr_t)x->data & 15) == 0;
+}
+
+/* fa_mma_cache_view_ok without cache indirection. */
+static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
+    return fa_mma_cache_view_ok(x, dtype) && !x->row_off && !x->block_table && !x->batch_idx;
 }
 
 /* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */

@@ -10,15 +10,19 @@
 //
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
-// is. Suites (arguments; default: basic features edge long nonfinite): basic, features, edge,
-// long, quick, nonfinite, and sweep SEED N (N random configurations). Head dims: every kernel
-// (kD = 32, 64, ..., 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112, 200,
-// 248). The kD = 128 configurations (D in 97..128) run twice, with key blocks of 32 and of 64
+// is. Suites (arguments; default: basic features edge long nonfinite cache): basic, features,
+// edge, long, quick, nonfinite, cache, and sweep SEED N (N random configurations). Head dims: every
+// kernel (kD = 32, 64, ..., 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112,
+// 200, 248). The kD = 128 configurations (D in 97..128) run twice, with key blocks of 32 and of 64
 // (FA_CUDA_TILE_D128's two tiles); every suite first checks fa__mma_d128_block_n's answers.
 //
 // nonfinite plants NaN and infinities in q, k and v and holds both kernels, this one and the
 // stage-1 kernel (cuda/fwd_simple.cu, copied the same way; fp32/fp16/bf16), to the non-finite
 // rule of docs/semantics.md; it ends with a table of kernel x dtype x case.
+//
+// cache runs the kernel over KV caches read in place (contiguous with cache_batch_idx, leftpad,
+// paged with pages of 1 to 256 rows; see run_cache), and checks fa__mma_supported's answers on
+// cache views (check_cache_supported).
 #include "emu.h"
 #include "fwd_mma_emu.cu"
 #include "fwd_simple_emu.cu"
@@ -509,6 +513,347 @@ static void add_nonfinite(std::vector<Cfg> &cfgs) {
             }
 }
 
+/* ---- cache: the kernel over KV caches read in place (fa_forward_kvcache's attention) ----
+ * B = 3 batches with seqlens_k[b] keys each, K and V in one of these layouts:
+ *   'c' contiguous, B_cache = B + 2 rows, cache_batch_idx naming them out of order
+ *   'l' contiguous, each batch's keys from its own leftpad on (cache_leftpad)
+ *   'b' both
+ *   'p' paged, `page` rows a page, a shuffled block table
+ *   'q' paged with leftpad
+ * Every cache element that is not one of a batch's keys (the rows before leftpad and from
+ * leftpad + seqlens_k on, unused pages, stride padding) is NaN, and so are the spare pages the
+ * block table names past a batch's last one: a row read from the wrong place shows. K and V have
+ * different strides. The fp64 reference reads each batch's keys from plain arrays, from which
+ * the caches were filled, never from the caches. nan_v plants a NaN in V at batch 1's last key
+ * (causal: only its last row sees it, whose column 3 must be NaN; the other rows must not be,
+ * which the kernel's exact row path guarantees). */
+struct CacheCfg {
+    int D = 64, G = 1, Sq = 1, bn = 32, page = 16;
+    bool bf = false, causal = false, lse = true;
+    bool nan_v = false; // V NaN at batch 1's last key, head 0, column 3
+    char layout = 'c';
+    std::vector<int> sk = {0, 65, 700};
+    int wl = -1, wr = -1;
+    float softcap = 0, alibi = 0;
+};
+
+static std::string describe_cache(const CacheCfg &c) {
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "cache %s D=%d G=%d Sq=%d sk=%d,%d,%d layout=%c page=%d causal=%d wl=%d wr=%d "
+             "softcap=%g alibi=%g lse=%d%s%s",
+             c.bf ? "bf16" : "fp16", c.D, c.G, c.Sq, c.sk[0], c.sk[1], c.sk[2], c.layout,
+             c.layout == 'p' || c.layout == 'q' ? c.page : 0, c.causal, c.wl, c.wr, c.softcap,
+             c.alibi, c.lse, c.nan_v ? " nan_v" : "",
+             fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
+    return buf;
+}
+
+static int run_cache(const CacheCfg &c) {
+    const int B = 3, Hk = 2, H = Hk * c.G, D = c.D, Sq = c.Sq;
+    const bool paged = c.layout == 'p' || c.layout == 'q';
+    const bool leftpad = c.layout == 'l' || c.layout == 'b' || c.layout == 'q';
+    const bool bidx = c.layout == 'c' || c.layout == 'b';
+    const uint16_t nan16 = c.bf ? 0x7fc0 : 0x7e00;
+    auto cvt = [&](float x) -> uint16_t { return c.bf ? emu::f2bf(x) : emu::f2h(x); };
+    auto val = [&](uint16_t u) -> double { return c.bf ? emu::bf2f(u) : emu::h2f(u); };
+    std::uniform_real_distribution<float> U(-1, 1);
+
+    /* The keys and values of batch b, plain: kv[b][(j * Hk + hk) * D + d], as dtype bits */
+    std::vector<std::vector<uint16_t>> kp(B), vp(B);
+    for (int b = 0; b < B; ++b) {
+        kp[b].resize((size_t)c.sk[b] * Hk * D), vp[b].resize((size_t)c.sk[b] * Hk * D);
+        for (size_t i = 0; i < kp[b].size(); ++i)
+            kp[b][i] = cvt(U(rng)), vp[b][i] = cvt(U(rng));
+    }
+    if (c.nan_v && c.sk[1] > 0)
+        vp[1][((size_t)(c.sk[1] - 1) * Hk + 0) * D + 3] = nan16;
+    std::vector<int32_t> lp(B, 0), seqlens(c.sk.begin(), c.sk.end());
+    for (int b = 0; b < B; ++b)
+        lp[b] = leftpad ? std::uniform_int_distribution<int>(0, 40)(rng) : 0;
+
+    /* The caches' first dimension: rows of the batches (contiguous) or pages, and where each
+     * batch's cache row r lives: first-dimension entry, row in it */
+    int n_first, rows_per; // entries of the first dimension, rows in each
+    std::vector<int32_t> batch_idx(B), table;
+    int64_t bt_stride = 0;
+    if (paged) {
+        rows_per = c.page;
+        std::vector<int> need(B);
+        int total = 0, maxp = 0;
+        for (int b = 0; b < B; ++b) {
+            need[b] = (lp[b] + c.sk[b] + c.page - 1) / c.page;
+            total += need[b], maxp = std::max(maxp, need[b]);
+        }
+        const int spare = 3;
+        n_first = total + spare;
+        std::vector<int32_t> perm(n_first);
+        for (int i = 0; i < n_first; ++i)
+            perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        bt_stride = maxp + 2;
+        table.assign((size_t)B * bt_stride, 0);
+        int next = 0;
+        for (int b = 0; b < B; ++b)
+            for (int i = 0; i < bt_stride; ++i) // past the batch's pages: a spare (NaN) page
+                table[b * bt_stride + i] = i < need[b] ? perm[next++] : perm[total + i % spare];
+    } else {
+        int rows = 1;
+        for (int b = 0; b < B; ++b)
+            rows = std::max(rows, lp[b] + c.sk[b]);
+        rows_per = rows + 5;
+        n_first = B + 2;
+        const int32_t order[B] = {3, 0, 4}; // rows 1 and 2 stay NaN
+        for (int b = 0; b < B; ++b)
+            batch_idx[b] = bidx ? order[b] : b;
+    }
+    auto place = [&](int b, int r, int &first, int &row) {
+        if (paged)
+            first = table[b * bt_stride + r / c.page], row = r % c.page;
+        else
+            first = batch_idx[b], row = r;
+    };
+    /* K and V: element (first, row, hk, d) at first*sb + row*ss + hk*sh + d; v padded more */
+    struct Cache {
+        int64_t sb, ss, sh;
+        size_t n;
+        uint16_t *data;
+    } kc, vc;
+    for (int w = 0; w < 2; ++w) {
+        Cache &x = w ? vc : kc;
+        const int pad = 8 * (w + 1);
+        x.sh = D + pad, x.ss = Hk * x.sh + pad, x.sb = rows_per * x.ss + pad;
+        x.n = (size_t)n_first * x.sb + 64;
+        x.data = (uint16_t *)aligned_alloc(256, (x.n * 2 + 255) / 256 * 256);
+        for (size_t i = 0; i < x.n; ++i)
+            x.data[i] = nan16;
+        for (int b = 0; b < B; ++b)
+            for (int j = 0; j < c.sk[b]; ++j) {
+                int first, row;
+                place(b, lp[b] + j, first, row);
+                for (int hk = 0; hk < Hk; ++hk)
+                    memcpy(x.data + first * x.sb + row * x.ss + hk * x.sh,
+                           (w ? vp : kp)[b].data() + ((size_t)j * Hk + hk) * D, 2 * (size_t)D);
+            }
+    }
+    const std::vector<uint16_t> k_copy(kc.data, kc.data + kc.n), v_copy(vc.data, vc.data + vc.n);
+
+    /* q, out: [B, Sq, H, D] padded by 8; out NaN-sentinel with canaries; lse: [B, H, Sq] */
+    const int64_t qsh = D + 8, qss = H * qsh + 8, qsb = Sq * qss + 8;
+    const size_t nq = (size_t)B * qsb + 64, canary = 128;
+    std::vector<uint16_t> q(nq, nan16), obuf(nq + 2 * canary);
+    for (int b = 0; b < B; ++b)
+        for (int i = 0; i < Sq; ++i)
+            for (int h = 0; h < H; ++h)
+                for (int d = 0; d < D; ++d)
+                    q[b * qsb + i * qss + h * qsh + d] = cvt(U(rng));
+    const uint16_t sentinel = c.bf ? 0x7fc1 : 0x7e01;
+    std::fill(obuf.begin(), obuf.end(), sentinel);
+    uint16_t *o = obuf.data() + canary;
+    const uint32_t poison = 0x7fc0dead;
+    std::vector<uint32_t> lbuf((size_t)B * H * Sq + 64, poison);
+    float *lse = (float *)(lbuf.data() + 32);
+    std::vector<float> slopes(B * H);
+    for (int i = 0; i < B * H; ++i)
+        slopes[i] = c.alibi * (0.5f + (float)(i % 7) / 7.0f);
+
+    emu::g_bufs.clear();
+    emu::register_global(q.data(), nq * 2);
+    emu::register_global(kc.data, kc.n * 2);
+    emu::register_global(vc.data, vc.n * 2);
+
+    fa__problem p;
+    memset(&p, 0, sizeof p);
+    p.B = B, p.H = H, p.Hk = Hk, p.D = D, p.Sq = Sq, p.Sk = 0;
+    p.seqlens_k = seqlens.data();
+    const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
+    p.q = fa__view{q.data(), dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.out = fa__view{o, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
+    for (int w = 0; w < 2; ++w) {
+        const Cache &x = w ? vc : kc;
+        fa__view cv{x.data, dt, x.sb, x.ss, x.sh, 1, nullptr, nullptr, nullptr, bt_stride, 0};
+        cv.row_off = leftpad ? lp.data() : nullptr;
+        cv.block_table = paged ? table.data() : nullptr;
+        cv.batch_idx = bidx ? batch_idx.data() : nullptr;
+        cv.page = paged ? c.page : 0;
+        (w ? p.v : p.k) = cv;
+    }
+    p.lse = c.lse ? lse : nullptr;
+    p.lse_sb = (int64_t)H * Sq, p.lse_sh = Sq, p.lse_ss = 1;
+    p.scale = 1.0f / sqrtf((float)D);
+    p.causal = c.causal;
+    p.window_left = c.wl;
+    p.window_right = c.causal ? 0 : c.wr;
+    p.softcap = c.softcap;
+    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
+    p.alibi_sb = H, p.alibi_sh = 1;
+    const long err0 = emu::g_errors;
+    if (!fa__mma_supported(&p, 80)) {
+        printf("  not supported by fa__mma_supported\n");
+        return 1;
+    }
+    fa__mma_forward(&p, c.bn, nullptr, nullptr, nullptr);
+
+    /* |v| <= 1: out rounded to the dtype and P rounded for P V, half an ulp at 1 each (as run) */
+    const double tol = 2.0 * ldexp(1.0, c.bf ? -9 : -12) + 1e-5;
+    double max_err = 0, max_lse_err = 0;
+    long bad = 0, unwritten = 0, n_nan = 0; // n_nan: out elements the reference makes NaN
+    std::vector<double> s;
+    for (int b = 0; b < B; ++b) {
+        const int sk = c.sk[b], off = sk - Sq;
+        s.assign(sk + 1, 0);
+        for (int h = 0; h < H; ++h) {
+            const int hk = h / c.G;
+            for (int i = 0; i < Sq; ++i) {
+                const int lo = std::max(c.wl < 0 ? 0 : i + off - c.wl, 0);
+                const int hi = std::min(p.window_right < 0 ? sk : i + off + p.window_right + 1, sk);
+                const uint16_t *qr = q.data() + b * qsb + i * qss + h * qsh;
+                double m = -INFINITY;
+                for (int j = lo; j < hi; ++j) {
+                    const uint16_t *kr = kp[b].data() + ((size_t)j * Hk + hk) * D;
+                    double d = 0;
+                    for (int e = 0; e < D; ++e)
+                        d += val(qr[e]) * val(kr[e]);
+                    d *= p.scale;
+                    if (c.softcap > 0)
+                        d = c.softcap * tanh(d / c.softcap);
+                    if (p.alibi)
+                        d -= slopes[b * H + h] * fabs((double)(i + off - j));
+                    s[j] = d;
+                    m = std::max(m, d);
+                }
+                double l = 0;
+                std::vector<double> acc(D, 0.0);
+                for (int j = lo; j < hi; ++j) {
+                    const double e = exp(s[j] - m);
+                    l += e;
+                    const uint16_t *vr = vp[b].data() + ((size_t)j * Hk + hk) * D;
+                    for (int x = 0; x < D; ++x)
+                        acc[x] += e * val(vr[x]);
+                }
+                const uint16_t *orow = o + b * qsb + i * qss + h * qsh;
+                for (int x = 0; x < D; ++x) {
+                    if (orow[x] == sentinel) {
+                        if (unwritten++ < 5)
+                            printf("  unwritten out: b %d h %d i %d d %d\n", b, h, i, x);
+                        continue;
+                    }
+                    const double ref = l > 0 ? acc[x] / l : 0.0, got = val(orow[x]);
+                    const double err = std::isnan(ref)      ? (std::isnan(got) ? 0 : INFINITY)
+                                       : std::isfinite(got) ? fabs(got - ref)
+                                                            : INFINITY;
+                    n_nan += std::isnan(ref);
+                    if (err > tol && bad++ < 5)
+                        printf("  err: b %d h %d i %d d %d got %g ref %g\n", b, h, i, x, got, ref);
+                    max_err = std::max(max_err, err);
+                }
+                if (c.lse) {
+                    const double ref = l > 0 ? m + log(l) : -INFINITY;
+                    const float got = lse[b * p.lse_sb + h * p.lse_sh + i];
+                    const double e = ref == -INFINITY     ? (got == -INFINITY ? 0 : INFINITY)
+                                     : std::isfinite(got) ? fabs(got - ref)
+                                                          : INFINITY;
+                    if (e > max_lse_err && e > 1e-3)
+                        printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got, ref);
+                    max_lse_err = std::max(max_lse_err, e);
+                }
+            }
+        }
+    }
+    /* out's padding and canaries keep the sentinel; lse's canaries (and all of it when not
+     * requested) the poison; the caches are unchanged */
+    long stray = 0;
+    for (size_t i = 0; i < obuf.size(); ++i) {
+        const int64_t e = (int64_t)i - (int64_t)canary;
+        const int64_t b = e / qsb, r = e % qsb, row = r / qss, h = r % qss / qsh, d = r % qss % qsh;
+        const bool inside = e >= 0 && b < B && row < Sq && h < H && r % qss < H * qsh && d < D;
+        if (!inside && obuf[i] != sentinel && stray++ < 5)
+            printf("  stray out at %lld (b %lld row %lld h %lld d %lld)\n", (long long)e,
+                   (long long)b, (long long)row, (long long)h, (long long)d);
+    }
+    for (size_t i = 0; i < lbuf.size(); ++i)
+        stray += (!c.lse || i < 32 || i >= 32 + (size_t)B * H * Sq) && lbuf[i] != poison;
+    const bool cache_changed = memcmp(k_copy.data(), kc.data, kc.n * 2) != 0 ||
+                               memcmp(v_copy.data(), vc.data, vc.n * 2) != 0;
+    const long emu_errs = emu::g_errors - err0;
+    const bool fail =
+        unwritten || stray || cache_changed || emu_errs || max_err > tol || max_lse_err > 2e-3;
+    printf("  max|out-ref| %.3e  max|lse-ref| %.3e  NaN (as the reference) %ld  unwritten %ld "
+           "stray %ld cache_changed %d emu_errors %ld  => %s\n",
+           max_err, max_lse_err, n_nan, unwritten, stray, (int)cache_changed, emu_errs,
+           fail ? "FAIL" : "ok");
+    free(kc.data), free(vc.data);
+    return fail;
+}
+
+/* fa__mma_supported on caches (host views): a valid paged problem, then one defect each: a page
+ * stride, a row stride or data not 16-byte aligned, K and V with different page tables or page
+ * sizes, varlen with a cache, a leftpad past 2^31 rows. Returns the wrong answers. */
+static int check_cache_supported() {
+    static uint16_t kbuf[4096] __attribute__((aligned(16))),
+        vbuf[4096] __attribute__((aligned(16)));
+    int32_t seqlens[2] = {5, 9}, table[4] = {0, 1, 2, 3}, table2[4] = {0, 1, 2, 3};
+    int32_t lp[2] = {0, 3}, big_lp[2] = {0, INT32_MAX - 100}, cu[3] = {0, 1, 2};
+    fa__problem p0;
+    memset(&p0, 0, sizeof p0);
+    p0.B = 2, p0.H = 2, p0.Hk = 1, p0.D = 64, p0.Sq = 3;
+    p0.seqlens_k = seqlens;
+    p0.q = fa__view{kbuf, FA_DTYPE_F16, 3 * 128, 128, 64, 1, nullptr, nullptr, nullptr, 0, 0};
+    p0.out = p0.q;
+    p0.k = fa__view{kbuf, FA_DTYPE_F16, 5 * 64, 64, 64, 1, lp, table, nullptr, 2, 5};
+    p0.v = p0.k;
+    p0.v.data = vbuf;
+    p0.scale = 0.125f;
+    p0.window_left = p0.window_right = -1;
+    struct Case {
+        const char *what;
+        int want;
+        fa__problem p;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"valid paged cache", 1, p0});
+    Case c = {"page stride 5*64 + 4 (not 16-byte aligned)", 0, p0};
+    c.p.k.sb = 5 * 64 + 4;
+    cases.push_back(c);
+    c = {"v's page stride 5*64 + 2", 0, p0};
+    c.p.v.sb = 5 * 64 + 2;
+    cases.push_back(c);
+    c = {"row stride 68 (not 16-byte aligned)", 0, p0};
+    c.p.k.ss = 72 - 4, c.p.k.sb = 5 * 68;
+    cases.push_back(c);
+    c = {"cache data 8-byte aligned", 0, p0};
+    c.p.v.data = vbuf + 4;
+    cases.push_back(c);
+    c = {"K and V with different page tables", 0, p0};
+    c.p.v.block_table = table2;
+    cases.push_back(c);
+    c = {"K and V with different page sizes", 0, p0};
+    c.p.v.page = 4;
+    cases.push_back(c);
+    c = {"varlen q with a cache", 0, p0};
+    c.p.cu_q = cu;
+    cases.push_back(c);
+    c = {"leftpad + seqlens_k past 2^31 - 256", 0, p0};
+    c.p.k.row_off = c.p.v.row_off = big_lp;
+    cases.push_back(c);
+    c = {"valid contiguous cache", 1, p0};
+    c.p.k.block_table = c.p.v.block_table = nullptr, c.p.k.page = c.p.v.page = 0;
+    cases.push_back(c);
+    c = {"batch stride not 16-byte aligned (contiguous)", 0, c.p};
+    c.p.k.sb = 5 * 64 + 4;
+    cases.push_back(c);
+    int wrong = 0;
+    for (const Case &x : cases) {
+        const int got = fa__mma_supported(&x.p, 80);
+        if (got != x.want) {
+            printf("FAIL: fa__mma_supported, %s: %d, expected %d\n", x.what, got, x.want);
+            wrong++;
+        }
+    }
+    printf("fa__mma_supported on caches: %zu cases, %d wrong\n", cases.size(), wrong);
+    return wrong;
+}
+
 /* The label of c's kernel in the non-finite table. */
 static std::string kernel_label(const Cfg &c) {
     if (c.simple)
@@ -517,8 +862,53 @@ static std::string kernel_label(const Cfg &c) {
     return "mma kD=" + std::to_string(kd) + (kd == 128 ? (c.bn == 64 ? " 128x64" : " 128x32") : "");
 }
 
+/* The cache suite: each kernel (kD = 64, 128 with both key blocks, 256, and D = 80 padded to
+ * 96) in fp16 and bf16 under every layout (contiguous with cache_batch_idx, leftpad, both, pages
+ * of 1, 3, 16, 64, 256, pages of 3 with leftpad), the features, G, Sq and the lengths
+ * (0, 1, 63, 64, 65, 700 keys) taking turns over the list. */
+static void add_cache(std::vector<CacheCfg> &out) {
+    const struct { int D, bn; } kerns[] = {{64, 32}, {128, 32}, {128, 64}, {256, 32}, {80, 32}};
+    const struct {
+        char layout;
+        int page;
+    } layouts[] = {{'c', 0},  {'l', 0},  {'b', 0},   {'p', 1}, {'p', 3},
+                   {'p', 16}, {'p', 64}, {'p', 256}, {'q', 3}};
+    const std::vector<int> lens[] = {{0, 65, 700}, {1, 63, 64}, {700, 64, 0}, {65, 1, 63}};
+    const int sqs[] = {1, 17, 128};
+    int i = 0;
+    for (const auto &kn : kerns)
+        for (int bf : {0, 1})
+            for (const auto &ly : layouts) {
+                CacheCfg c;
+                c.D = kn.D, c.bn = kn.bn, c.bf = bf, c.layout = ly.layout, c.page = ly.page;
+                c.G = i % 2 ? 4 : 1;
+                c.Sq = sqs[i % 3];
+                c.sk = lens[i / 3 % 4];
+                switch (i % 6) {
+                case 1:
+                    c.causal = true, c.nan_v = true;
+                    break;
+                case 2:
+                    c.wl = 50, c.wr = 10;
+                    break;
+                case 3:
+                    c.softcap = 5;
+                    break;
+                case 4:
+                    c.alibi = 0.3f, c.causal = true;
+                    break;
+                case 5:
+                    c.causal = true, c.wl = 100, c.lse = false, c.nan_v = true;
+                    break;
+                }
+                out.push_back(c);
+                i++;
+            }
+}
+
 int main(int argc, char **argv) {
     std::vector<Cfg> cfgs;
+    std::vector<CacheCfg> cache_cfgs;
     auto add = [&](Cfg c) { cfgs.push_back(c); };
     auto mk = [](int D, bool bf, int Sq, int Sk) {
         Cfg c;
@@ -537,11 +927,8 @@ int main(int argc, char **argv) {
         suites.push_back(su);
     }
     if (suites.empty())
-        suites = {{"basic", 0, 0},
-                  {"features", 0, 0},
-                  {"edge", 0, 0},
-                  {"long", 0, 0},
-                  {"nonfinite", 0, 0}};
+        suites = {{"basic", 0, 0}, {"features", 0, 0},  {"edge", 0, 0},
+                  {"long", 0, 0},  {"nonfinite", 0, 0}, {"cache", 0, 0}};
     for (const Suite &su : suites) {
         const std::string &suite = su.name;
         if (suite == "quick") {
@@ -674,8 +1061,11 @@ int main(int argc, char **argv) {
                 }
         } else if (suite == "nonfinite") {
             add_nonfinite(cfgs);
+        } else if (suite == "cache") {
+            add_cache(cache_cfgs);
         } else {
-            fprintf(stderr, "suites: basic features edge long nonfinite quick | sweep SEED N\n");
+            fprintf(stderr,
+                    "suites: basic features edge long nonfinite cache quick | sweep SEED N\n");
             return 2;
         }
     }
@@ -712,6 +1102,17 @@ int main(int argc, char **argv) {
         printf("  %.2f s, %ld CTAs emulated\n", secs, emu::g_blocks_run - nb);
         fflush(stdout);
     }
+    if (!cache_cfgs.empty()) {
+        fails += check_cache_supported();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const CacheCfg &c : cache_cfgs) {
+            printf("%s\n", describe_cache(c).c_str());
+            fflush(stdout);
+            fails += run_cache(c);
+        }
+        printf("cache suite: %zu configurations, %.1f s\n", cache_cfgs.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     if (!table.empty()) {
         printf("\nnon-finite rule (kernel x dtype x case -> pass):\n| kernel | dtype |");
         for (const auto &n : case_names)
@@ -739,8 +1140,8 @@ int main(int argc, char **argv) {
     }
     printf("ldmatrix 8-lane phases: %ld, with a bank conflict: %ld\n", emu::g_ldsm_phases,
            emu::g_ldsm_conflicted);
-    printf("%d of %zu configurations failed; emulator errors total %ld\n", fails, cfgs.size(),
-           emu::g_errors);
+    printf("%d of %zu configurations failed; emulator errors total %ld\n", fails,
+           cfgs.size() + cache_cfgs.size(), emu::g_errors);
     /* fwd_mma.cu swizzles every tile so that ldmatrix is free of bank conflicts: hold it to it */
     if (emu::g_ldsm_conflicted)
         printf("FAIL: ldmatrix bank conflicts\n");
