@@ -1506,9 +1506,16 @@ static void group_errors(void) {
         }
     }
 
-    /* not supported on CUDA tensors */
-    GCASE(CALL_KVCACHE, "fa_forward_kvcache on CUDA tensors (cache untouched)", FA_ERR_UNSUPPORTED,
-          FA_ERR_UNSUPPORTED, NULL, NULL, "cuda", (void)0);
+    /* the KV cache's argument errors on CUDA (test_kvcache --cuda runs the KV cache itself) */
+    GERR(CALL_KVCACHE, "fa_forward_kvcache: k_cache on the host", FA_ERR_DEVICE, "k_cache",
+         e.t[GB_K] = e.ht[GB_K]);
+    GERR(CALL_KVCACHE, "fa_forward_kvcache: out on the host", FA_ERR_DEVICE, "out",
+         e.t[GB_OUT] = e.ht[GB_OUT]);
+    GCASE(CALL_KVCACHE, "fa_forward_kvcache: q on device_index = device count", FA_ERR_DEVICE,
+          FA_ERR_DEVICE, "q", "device_index", "device", e.t[GB_Q].device_index = n;
+          e.t[GB_OUT].device_index = n);
+    GERR(CALL_KVCACHE, "fa_forward_kvcache: v_cache bf16", FA_ERR_DTYPE, "v_cache",
+         e.t[GB_V].dtype = FA_DTYPE_BF16);
     /* the backward's argument errors (tests/test_cuda_backward.c runs the backward itself) */
     GERR(CALL_BWD, "fa_backward: v heads != k heads", FA_ERR_SHAPE, "v", e.t[GB_V].shape[2] = 1);
     GERR(CALL_BWD, "fa_backward: dk on the host", FA_ERR_DEVICE, "dk", e.t[GB_DK] = e.ht[GB_DK]);

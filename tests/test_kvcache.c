@@ -168,6 +168,148 @@ typedef struct kdata {
     double dslopes[MAXB * 64];
 } kdata;
 
+/* ---------------------------------------------------------------------------------------------
+ * --cuda: every call on CUDA device 0 (the plug-in: a GPU, or the emulated one under ctest).
+ * kv_call copies the bytes every tensor of the call spans to the device (tensors whose spans
+ * overlap share one device region, so aliasing is kept), calls fa_forward_kvcache on the device
+ * views, and copies every region back: the host buffers then hold what the device holds, and
+ * each check of this file applies unchanged (cache byte for byte, inputs unchanged, nothing
+ * written on error). The int32 index tensors lie on the device in one call and stay on the host
+ * in the next (both are accepted). A tensor a case marks as CUDA is one it wants on the other
+ * device than q: in this mode it stays on the host. A view whose span cannot be computed (the error
+ * cases' malformed shapes and strides) keeps its host pointer, marked as a device tensor: the core
+ * must refuse it before reading it.
+ * ------------------------------------------------------------------------------------------- */
+static int g_cuda;
+static long g_cuda_calls;
+
+enum { KV_NT = 14 };
+typedef struct kv_region {
+    uintptr_t lo, hi;
+    void *dev;
+} kv_region;
+
+/* [*lo, *hi): the bytes t spans; 0 when there is none or it cannot be computed. */
+static int kv_span(const fa_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    if (!t->data || t->ndim < 1 || t->ndim > FA_MAX_DIMS || tu_dtype_size(t->dtype) == 0)
+        return 0;
+    int64_t last = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] <= 0 || t->stride[d] < 0 || t->shape[d] > (1 << 24) ||
+            t->stride[d] > (1 << 24))
+            return 0;
+        last += (t->shape[d] - 1) * t->stride[d];
+    }
+    const int64_t bytes = (last + 1) * (int64_t)tu_dtype_size(t->dtype);
+    if (bytes > (64 << 20))
+        return 0;
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)bytes;
+    return 1;
+}
+
+static void kv_dev_fatal(const char *what, fa_status st) {
+    printf("FATAL: %s: %s: %s\n", what, fa_status_name(st), fa_last_error_message());
+    fflush(stdout);
+    exit(1);
+}
+
+/* fa_last_error_message() of the last kv_call (the copies back clear the library's). */
+static char g_kv_msg[1024];
+static const char *kv_msg(void) { return g_cuda ? g_kv_msg : fa_last_error_message(); }
+
+static fa_status kv_call(fa_context *ctx, const fa_params *params, const fa_tensor *q,
+                         const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
+    /* NULL arguments and unknown struct sizes are refused before any device is looked at */
+    if (!g_cuda || !q || !out || !kv || kv->struct_size != sizeof *kv ||
+        (params && params->struct_size != sizeof *params)) {
+        const fa_status st = fa_forward_kvcache(ctx, params, q, kv, out, lse);
+        snprintf(g_kv_msg, sizeof g_kv_msg, "%s", fa_last_error_message());
+        return st;
+    }
+    fa_tensor tq = *q, to = *out, tl = lse ? *lse : *out;
+    fa_kvcache tkv = *kv;
+    fa_params tp;
+    if (params)
+        tp = *params;
+    fa_tensor *ts[KV_NT] = {&tq,
+                            &to,
+                            lse ? &tl : NULL,
+                            &tkv.k_cache,
+                            &tkv.v_cache,
+                            &tkv.k_new,
+                            &tkv.v_new,
+                            &tkv.rotary_cos,
+                            &tkv.rotary_sin,
+                            params ? &tp.alibi_slopes : NULL,
+                            &tkv.cache_seqlens,
+                            &tkv.cache_batch_idx,
+                            &tkv.cache_leftpad,
+                            &tkv.block_table};
+    const int host_indices = g_cuda_calls++ % 2; /* the last four stay on the host */
+    kv_region reg[KV_NT];
+    int nreg = 0, at[KV_NT];
+    for (int i = 0; i < KV_NT; i++) {
+        at[i] = -1;
+        uintptr_t lo, hi;
+        if (!ts[i] || !ts[i]->data)
+            continue;
+        if (ts[i]->device == FA_DEVICE_CUDA) { /* a case put it on the other device */
+            ts[i]->device = FA_DEVICE_CPU;
+            continue;
+        }
+        if (host_indices && i >= KV_NT - 4)
+            continue;
+        ts[i]->device = FA_DEVICE_CUDA;
+        ts[i]->device_index = 0;
+        if (!kv_span(ts[i], &lo, &hi))
+            continue;
+        for (int r = 0; r < nreg && at[i] < 0; r++) /* overlapping spans: one region */
+            if (lo < reg[r].hi && reg[r].lo < hi) {
+                reg[r].lo = lo < reg[r].lo ? lo : reg[r].lo;
+                reg[r].hi = hi > reg[r].hi ? hi : reg[r].hi;
+                at[i] = r;
+            }
+        if (at[i] < 0)
+            reg[at[i] = nreg++] = (kv_region){lo, hi, NULL};
+    }
+    for (int r = 0; r < nreg; r++) { /* a merge can make two regions overlap: merge again */
+        for (int o = r + 1; o < nreg; o++)
+            if (reg[o].lo < reg[r].hi && reg[r].lo < reg[o].hi) {
+                reg[r].lo = reg[o].lo < reg[r].lo ? reg[o].lo : reg[r].lo;
+                reg[r].hi = reg[o].hi > reg[r].hi ? reg[o].hi : reg[r].hi;
+                for (int i = 0; i < KV_NT; i++)
+                    at[i] = at[i] == o ? r : at[i] == nreg - 1 ? o : at[i];
+                reg[o] = reg[--nreg];
+                o = r; /* rescan */
+            }
+    }
+    for (int r = 0; r < nreg; r++) {
+        const size_t bytes = reg[r].hi - reg[r].lo;
+        fa_status st = fa_device_alloc(FA_DEVICE_CUDA, 0, bytes, &reg[r].dev);
+        if (st == FA_OK)
+            st = fa_device_copy(reg[r].dev, FA_DEVICE_CUDA, (void *)reg[r].lo, FA_DEVICE_CPU, 0,
+                                bytes);
+        if (st != FA_OK)
+            kv_dev_fatal("copying a test tensor to the device", st);
+    }
+    for (int i = 0; i < KV_NT; i++)
+        if (at[i] >= 0)
+            ts[i]->data = (char *)reg[at[i]].dev + ((uintptr_t)ts[i]->data - reg[at[i]].lo);
+    const fa_status st =
+        fa_forward_kvcache(ctx, params ? &tp : NULL, &tq, &tkv, &to, lse ? &tl : NULL);
+    snprintf(g_kv_msg, sizeof g_kv_msg, "%s", fa_last_error_message());
+    for (int r = 0; r < nreg; r++) {
+        fa_status s2 = fa_device_copy((void *)reg[r].lo, FA_DEVICE_CPU, reg[r].dev, FA_DEVICE_CUDA,
+                                      0, reg[r].hi - reg[r].lo);
+        if (s2 == FA_OK)
+            s2 = fa_device_free(FA_DEVICE_CUDA, 0, reg[r].dev);
+        if (s2 != FA_OK)
+            kv_dev_fatal("copying a test tensor back from the device", s2);
+    }
+    return st;
+}
+
 static int ro_dtype(const kcfg *c) { return c->ro_f32 ? FA_DTYPE_F32 : c->dtype; }
 
 static void kdata_make(const kcfg *c, kdata *d) {
@@ -542,10 +684,9 @@ static int kv_run(const kcfg *c, const kdata *dd, const krun *r, kres *res) {
                           : fa_tensor_contiguous((void *)dd->slopes, FA_DTYPE_F32, 1, ash + 1);
     }
 
-    fa_status st =
-        fa_forward_kvcache(r->ctx, &params, &q.t, &kv, &out.t, r->no_lse ? NULL : &lse.t);
+    fa_status st = kv_call(r->ctx, &params, &q.t, &kv, &out.t, r->no_lse ? NULL : &lse.t);
     CHECK_MSG(st == FA_OK, "fa_forward_kvcache returned %s (%d): %s", fa_status_name(st), (int)st,
-              fa_last_error_message());
+              kv_msg());
 
     const int64_t nq = B * Sq * H * D, nl = B * H * Sq, ns = B * cap * Hk * D;
     double *dout = dalloc(nq), *dlse = dalloc(nl), *kfin = dalloc(ns), *vfin = dalloc(ns);
@@ -554,7 +695,7 @@ static int kv_run(const kcfg *c, const kdata *dd, const krun *r, kres *res) {
     for (int64_t i = 0; i < ns; i++)
         kfin[i] = vfin[i] = NAN;
     if (st == FA_OK) {
-        CHECK_EQ_STR(fa_last_error_message(), "");
+        CHECK_EQ_STR(kv_msg(), "");
         /* 1. rotated elements within rounding of the fp64 rotation; then adopt the library's */
         double worst_rot = 0.0;
         int64_t bad_rot = 0;
@@ -730,10 +871,47 @@ static krun krun_default(void) {
 }
 
 /* One case, checked against the reference, in a fresh draw of its data. */
+/* --cuda: each sequence's cache after the device's call against the CPU's, bitwise (the append
+ * and its rotation are the CPU's arithmetic); the largest difference of out is reported. */
+static double g_out_vs_cpu[3]; /* per dtype: max |out_cuda - out_cpu| */
+static void compare_caches(const kcfg *c, const kdata *d, const kres *cpu, const kres *dev) {
+    CASE_BEGIN("cache after the CUDA call = after the CPU call (%s)", tu_dtype_name(c->dtype));
+    const int64_t per = c->Hk * c->D, n = c->B * c->Sq * c->H * c->D;
+    for (int64_t b = 0; b < c->B; b++) {
+        const int64_t o = b * d->cap * per;
+        const int64_t ik = first_diff(cpu->kfin + o, dev->kfin + o, d->cap * per);
+        const int64_t iv = first_diff(cpu->vfin + o, dev->vfin + o, d->cap * per);
+        CHECK_MSG(ik < 0, "batch %lld: k cache differs at position %lld: cpu %.9g cuda %.9g",
+                  (long long)b, (long long)(ik / per), ik >= 0 ? cpu->kfin[o + ik] : 0.0,
+                  ik >= 0 ? dev->kfin[o + ik] : 0.0);
+        CHECK_MSG(iv < 0, "batch %lld: v cache differs at position %lld", (long long)b,
+                  (long long)(iv / per));
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs(cpu->out[i] - dev->out[i]);
+        if (e > g_out_vs_cpu[c->dtype])
+            g_out_vs_cpu[c->dtype] = e;
+    }
+    CASE_END();
+}
+
 static int run1(const kcfg *c, const krun *r) {
     kdata d;
     kdata_make(c, &d);
-    int ok = kv_run(c, &d, r, NULL);
+    int ok;
+    if (g_cuda) { /* the CPU first, from the same data: the caches must agree bit for bit */
+        kres cpu, dev;
+        g_cuda = 0;
+        ok = kv_run(c, &d, r, &cpu);
+        g_cuda = 1;
+        ok &= kv_run(c, &d, r, &dev);
+        if (cpu.ok && dev.ok)
+            compare_caches(c, &d, &cpu, &dev);
+        kres_free(&cpu);
+        kres_free(&dev);
+    } else {
+        ok = kv_run(c, &d, r, NULL);
+    }
     kdata_free(&d);
     return ok;
 }
@@ -1316,9 +1494,8 @@ static void decode_loop(int dt, int page, int64_t rd, int interleaved) {
         }
         memset(ob, 0xFF, (size_t)nq * es);
         memset(lseb, 0xFF, sizeof lseb);
-        fa_status s = fa_forward_kvcache(NULL, &params, &tq, &kv, &to, &tl);
-        CHECK_MSG(s == FA_OK, "step %lld: %s: %s", (long long)step, fa_status_name(s),
-                  fa_last_error_message());
+        fa_status s = kv_call(NULL, &params, &tq, &kv, &to, &tl);
+        CHECK_MSG(s == FA_OK, "step %lld: %s: %s", (long long)step, fa_status_name(s), kv_msg());
         if (s != FA_OK) {
             bad_steps++;
             break;
@@ -1749,8 +1926,8 @@ static void expect_status(kenv *e, int paged, const char *desc, fa_status want, 
     CASE_BEGIN("kvcache error (%s): %s", paged ? "paged" : "contiguous", desc);
     for (int i = 0; i < E_NBUF; i++)
         memcpy(e->snap[i], e->buf[i], EBUF * sizeof(float));
-    fa_status st = fa_forward_kvcache(NULL, e->pp, e->pq, e->pkv, e->pout, e->plse);
-    const char *msg = fa_last_error_message();
+    fa_status st = kv_call(NULL, e->pp, e->pq, e->pkv, e->pout, e->plse);
+    const char *msg = kv_msg();
     if (want == FA_OK) {
         CHECK_MSG(st == FA_OK, "status %s (%d): %s", fa_status_name(st), (int)st, msg);
         CHECK_EQ_STR(msg, "");
@@ -1881,8 +2058,22 @@ static void group_errors(void) {
              recontig(&e.kv.v_cache));
         KERR(pg, "caches' head dim 9 (q 8)", FA_ERR_SHAPE, "k_cache", e.kv.k_cache.shape[3] = 9;
              recontig(&e.kv.k_cache); e.kv.v_cache.shape[3] = 9; recontig(&e.kv.v_cache));
-        KERR(pg, "k_cache on CUDA", FA_ERR_UNSUPPORTED, "k_cache",
+        /* FA_DEVICE_CUDA here means "the device q is not on" (see kv_call) */
+        KERR(pg, "k_cache on the other device", FA_ERR_DEVICE, "k_cache",
              e.kv.k_cache.device = FA_DEVICE_CUDA);
+        KERR(pg, "v_new on the other device", FA_ERR_DEVICE, "v_new",
+             e.kv.v_new.device = FA_DEVICE_CUDA);
+        KERR(pg, "rotary_sin on the other device", FA_ERR_DEVICE, "rotary_sin",
+             e.kv.rotary_sin.device = FA_DEVICE_CUDA);
+        KERR(pg, "alibi_slopes on the other device", FA_ERR_DEVICE, "alibi_slopes",
+             e.params.alibi_slopes.device = FA_DEVICE_CUDA);
+        KERR(pg, "lse on the other device", FA_ERR_DEVICE, "lse", e.lse.device = FA_DEVICE_CUDA);
+        /* indices: CUDA ones with CPU q are refused, host ones with CUDA q accepted */
+        KERR(pg, "cache_seqlens on the other device", g_cuda ? FA_OK : FA_ERR_DEVICE,
+             g_cuda ? NULL : "cache_seqlens", e.kv.cache_seqlens.device = FA_DEVICE_CUDA);
+        if (pg)
+            KERR(pg, "block_table on the other device", g_cuda ? FA_OK : FA_ERR_DEVICE,
+                 g_cuda ? NULL : "block_table", e.kv.block_table.device = FA_DEVICE_CUDA);
         KERR(pg, "k_cache negative stride", FA_ERR_STRIDE, "k_cache", e.kv.k_cache.stride[1] = -16);
         KERR(pg, "k_new shape[0] = 3 (B 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[0] = 3);
         KERR(pg, "k_new shape[2] = 1 (Hk 2)", FA_ERR_SHAPE, "k_new", e.kv.k_new.shape[2] = 1);
@@ -1984,6 +2175,18 @@ static const struct {
 #define K_NGROUPS (int)(sizeof k_groups / sizeof k_groups[0])
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--cuda") == 0) {
+        g_cuda = 1;
+        argv[1] = argv[0];
+        argv++, argc--;
+        int32_t n = 0;
+        const fa_status st = fa_device_count(FA_DEVICE_CUDA, &n);
+        if (st != FA_OK || n == 0) {
+            printf("SKIP: no CUDA device: %s\n",
+                   st != FA_OK ? fa_last_error_message() : "fa_device_count found none");
+            return 77;
+        }
+    }
     for (int a = 1; a < argc; a++) {
         int g = 0;
         while (g < K_NGROUPS && strcmp(argv[a], k_groups[g].name) != 0)
@@ -1996,7 +2199,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    tu_seed_init("test_kvcache");
+    tu_seed_init(g_cuda ? "test_kvcache --cuda" : "test_kvcache");
     printf("library %s; %s\n", fa_version_string(), fa_build_info());
     for (int g = 0; g < K_NGROUPS; g++) {
         int named = argc == 1;
@@ -2018,5 +2221,8 @@ int main(int argc, char **argv) {
                    tu_dtype_name(k_dtypes[t]), s->cases, s->max_rel, s->max_abs, s->max_ratio,
                    tu_dtype_name(k_dtypes[t]), s->max_lse_rel, s->max_lse_abs);
     }
+    if (g_cuda)
+        printf("max |out cuda - out cpu|: fp32 %.3g, fp16 %.3g, bf16 %.3g\n",
+               g_out_vs_cpu[FA_DTYPE_F32], g_out_vs_cpu[FA_DTYPE_F16], g_out_vs_cpu[FA_DTYPE_BF16]);
     return TEST_REPORT();
 }
