@@ -208,7 +208,8 @@ def _device_name(t):
 
 # Tensors that may stay on the host when the others are on a CUDA device (the C library reads
 # them there either way).
-_HOST_OK = ("cu_seqlens_q", "cu_seqlens_k")
+_HOST_OK = ("cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "cache_batch_idx", "cache_leftpad",
+            "block_table")
 
 
 def call_device(named):
@@ -232,7 +233,7 @@ def call_device(named):
 
 
 def _device_error(name, t, main, host_ok=False):
-    extra = " or on the CPU" if host_ok else " (cu_seqlens may also be on the CPU)"
+    extra = " or on the CPU" if host_ok else " (int32 indices may also be on the CPU)"
     return _lib.FlashAttnRuntimeError(
         f"flashattn: FA_ERR_DEVICE: {name} is on {_device_name(t)} but {main[0]} is on "
         f"{_device_name(main[1])}; every tensor of a call must be on one device{extra}",

@@ -10,9 +10,9 @@ torch.compile. Same names, arguments, defaults, layouts and return values as fla
 
 PyTorch tensors may be on the CPU or on one CUDA device (every tensor of a call on the same
 device; cu_seqlens may also stay on the CPU): the forward and the backward then run through
-libflashattn's CUDA plug-in on torch's current stream and return tensors on that device. On CUDA
-tensors flash_attn_with_kvcache raises the library's FA_ERR_UNSUPPORTED (it runs on the CPU
-only); `flashattn.cuda_available()` says whether the GPU path can run here.
+libflashattn's CUDA plug-in on torch's current stream and return tensors on that device, and so
+does flash_attn_with_kvcache (appending to CUDA caches in place; its int32 indices may stay on
+the CPU); `flashattn.cuda_available()` says whether the GPU path can run here.
 
 Differences from flash-attn (docs/python.md, docs/semantics.md): fp32 is accepted; any head dim
 1..256 without padding; softmax_lse is -inf (not +inf) on rows with no visible key; windows are

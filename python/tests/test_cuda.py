@@ -10,8 +10,10 @@ backend on the same inputs (fp16, bf16, fp32; causal, window, softcap, ALiBi, GQ
 the same seed), both FA_CUDA_TILE_D128 tiles at head dim 128, outputs on the input's device and
 on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, the backward
 (flash_attn_func over the forward's grid, varlen, packed, _flash_attn_backward, torch.compile)
-against the CPU backend's gradients and bitwise deterministic, and a clear error for what runs
-only on the CPU (KV cache).
+against the CPU backend's gradients and bitwise deterministic, and the KV cache
+(flash_attn_with_kvcache in place, contiguous and paged with pages of 1..256, rotary, leftpad,
+cache_batch_idx, a 64-step decode loop, splits bitwise identical, varlen with block_table,
+torch.compile) against the CPU on the same inputs.
 """
 
 import ctypes
@@ -490,6 +492,13 @@ def test_mixed_devices_are_a_clear_error():
     # cu_seqlens on the host is fine
     out = flashattn.flash_attn_varlen_func(qv, qv, qv, cu, cu, 8, 8)
     assert out.device == q.device
+    # the KV cache: a cache on the host is refused, its int32 indices on the host are fine
+    cache = torch.zeros(1, 16, 2, 16, device="cuda", dtype=torch.float16)
+    lens = torch.tensor([4], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"v_cache is on cpu but q is on cuda"):
+        flashattn.flash_attn_with_kvcache(q[:, :1], cache, cache.cpu(), cache_seqlens=lens)
+    out = flashattn.flash_attn_with_kvcache(q[:, :1], cache, cache.clone(), cache_seqlens=lens)
+    assert out.device == q.device
 
 
 # The backward cases: the forward's grid less its longest shapes (the CPU backward of each runs
@@ -586,12 +595,178 @@ def _grads_cpu(q, k, v, do):
     return [t.grad for t in x]
 
 
+def _rotary_tables(n, rd, dtype):
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    inv = 10000.0 ** (-torch.arange(0, rd, 2, dtype=torch.float64) / rd)
+    return torch.cos(pos * inv).to(getattr(torch, dtype)), torch.sin(pos * inv).to(
+        getattr(torch, dtype))
+
+
+def _paged(cache, page, block_table):
+    """A (B, S, Hk, D) cache (S a multiple of page) as pages of `page` rows: page
+    block_table[b, i] holds rows [i·page, (i+1)·page) of batch b; one more page, unused, NaN."""
+    B, S, Hk, D = cache.shape
+    pages = torch.full((B * S // page + 1, page, Hk, D), float("nan"), dtype=cache.dtype)
+    pages[block_table.reshape(-1).long()] = cache.reshape(B * S // page, page, Hk, D)
+    return pages
+
+
+def _block_table(B, pages_per_row, gen):
+    return torch.randperm(B * pages_per_row, generator=gen).reshape(B, -1).to(torch.int32)
+
+
+# name: (B, Sq, H, Hk, D, S_new, kwargs); the caches hold 768 positions
+KV_CASES = {
+    "decode_gqa": (4, 1, 8, 2, 128, 1, dict(causal=True)),
+    "decode_rotary": (3, 1, 8, 2, 64, 1, dict(causal=True, rotary="interleaved")),
+    "decode_neox_leftpad": (2, 1, 4, 1, 64, 1, dict(causal=True, rotary="neox", leftpad=True)),
+    "few_tokens_window": (2, 4, 8, 2, 128, 4, dict(causal=True, window_size=(64, 0))),
+    "prefill": (2, 96, 4, 2, 64, 96, dict(causal=True, rotary="neox")),
+    "softcap_alibi": (2, 2, 4, 2, 128, 2, dict(softcap=5.0, alibi=True)),
+    "batch_idx": (2, 1, 4, 4, 64, 1, dict(batch_idx=True)),
+    "no_append": (3, 1, 8, 8, 256, 0, {}),
+}
+
+
+def _kv_inputs(case, dtype):
+    B, Sq, H, Hk, D, S_new, kw = KV_CASES[case]
+    g = torch.Generator().manual_seed(zlib.crc32(f"kv/{case}/{dtype}".encode()))
+    S = 768
+    rows = B + 1 if kw.get("batch_idx") else B
+    x = dict(q=_randn((B, Sq, H, D), dtype, g), k_cache=_randn((rows, S, Hk, D), dtype, g),
+             v_cache=_randn((rows, S, Hk, D), dtype, g))
+    if S_new:
+        x["k"], x["v"] = _randn((B, S_new, Hk, D), dtype, g), _randn((B, S_new, Hk, D), dtype, g)
+    x["cache_seqlens"] = torch.randint(S // 4, S - S_new, (B,), generator=g, dtype=torch.int32)
+    if kw.get("leftpad"):
+        x["cache_leftpad"] = (x["cache_seqlens"] // 3).to(torch.int32)
+    if kw.get("batch_idx"):
+        x["cache_batch_idx"] = torch.randperm(rows, generator=g)[:B].to(torch.int32)
+    if kw.get("rotary"):
+        x["rotary_cos"], x["rotary_sin"] = _rotary_tables(S, D // 2, dtype)
+    if kw.get("alibi"):
+        x["alibi_slopes"] = torch.rand((B, H), generator=g) * 0.3
+    opts = {k: v for k, v in kw.items() if k in ("causal", "window_size", "softcap")}
+    opts["rotary_interleaved"] = kw.get("rotary") != "neox"
+    return x, opts, g
+
+
+def _kv_call(x, opts, **more):
+    out, lse = flashattn.flash_attn_with_kvcache(**x, **opts, **more, return_softmax_lse=True)
+    return out, lse
+
+
 @needs_gpu
-def test_kvcache_on_cuda_is_a_clear_error():
-    q = torch.randn(1, 1, 2, 32, device="cuda", dtype=torch.float16)
-    cache = torch.zeros(1, 16, 2, 32, device="cuda", dtype=torch.float16)
-    with pytest.raises(flashattn.FlashAttnError, match="FA_ERR_UNSUPPORTED"):
-        flashattn.flash_attn_with_kvcache(q, cache, cache.clone(), cache_seqlens=4)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page", [None, 1, 3, 16, 256])
+@pytest.mark.parametrize("case", list(KV_CASES))
+def test_kvcache_matches_cpu(case, page, dtype):
+    """flash_attn_with_kvcache on CUDA tensors, in place, against the CPU on the same inputs:
+    the caches after the append equal bit for bit (the append and its rotation are the CPU's
+    arithmetic), out and lse within TOL; paged caches of any page size read in place."""
+    x, opts, g = _kv_inputs(case, dtype)
+    if page is not None:
+        if "cache_batch_idx" in x or "cache_leftpad" in x:
+            pytest.skip("cache_batch_idx and cache_leftpad are for contiguous caches")
+        B, S = x["k_cache"].shape[:2]
+        bt = _block_table(B, S // page, g)
+        x["k_cache"], x["v_cache"] = (_paged(x[n], page, bt) for n in ("k_cache", "v_cache"))
+        x["block_table"] = bt
+    xc = {k: v.clone() for k, v in x.items()}
+    xg = {k: v.cuda() for k, v in x.items()}
+    oc, lc = _kv_call(xc, opts)
+    og, lg = _kv_call(xg, opts)
+    assert og.device == xg["q"].device
+    torch.cuda.synchronize()
+    _assert_close(og, oc, dtype, f"{case} out")
+    _assert_lse(lg, lc)
+    for name in ("k_cache", "v_cache"):
+        assert torch.equal(xg[name].cpu().view(torch.uint8), xc[name].view(torch.uint8)), name
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_kvcache_splits_are_bitwise_identical(dtype):
+    """The decode's split count changes which CTAs read which chunks, not the arithmetic: out
+    and lse have the same bits for num_splits 1, 2, 3, 7 and 0 (chosen from the SM count)."""
+    g = torch.Generator().manual_seed(7)
+    B, H, Hk, D, S = 8, 32, 8, 128, 5000
+    q = _randn((B, 1, H, D), dtype, g).cuda()
+    kc, vc = (_randn((B, S, Hk, D), dtype, g).cuda() for _ in range(2))
+    lens = torch.randint(1, S, (B,), generator=g, dtype=torch.int32).cuda()
+    res = [flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True,
+                                             num_splits=n, return_softmax_lse=True)
+           for n in (1, 2, 3, 7, 0)]
+    for o, l in res[1:]:
+        assert torch.equal(o, res[0][0]) and torch.equal(l, res[0][1])
+
+
+@needs_gpu
+def test_kvcache_decode_loop_on_cuda():
+    """64 decode steps appending in place on the GPU (paged, pages of 16, rotary), each step's
+    output against the CPU running the same loop; the caches stay equal bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    B, H, Hk, D, S, page = 2, 8, 2, 64, 256, 16
+    bt = _block_table(B, S // page, g)
+    kp, vp = (_paged(_randn((B, S, Hk, D), "bfloat16", g), page, bt) for _ in range(2))
+    cos, sin = _rotary_tables(S, D, "bfloat16")
+    lens = torch.tensor([100, 37], dtype=torch.int32)
+    cpu = dict(k_cache=kp.clone(), v_cache=vp.clone(), block_table=bt, rotary_cos=cos,
+               rotary_sin=sin)
+    gpu = {k: v.cuda() for k, v in cpu.items()}
+    for step in range(64):
+        q, k, v = (_randn((B, 1, n, D), "bfloat16", g) for n in (H, Hk, Hk))
+        oc = flashattn.flash_attn_with_kvcache(q, k=k, v=v, cache_seqlens=lens + step,
+                                               causal=True, **cpu)
+        og = flashattn.flash_attn_with_kvcache(q.cuda(), k=k.cuda(), v=v.cuda(),
+                                               cache_seqlens=(lens + step).cuda(), causal=True,
+                                               **gpu)
+        _assert_close(og, oc, "bfloat16", f"step {step}")
+    for name in ("k_cache", "v_cache"):
+        assert torch.equal(gpu[name].cpu().view(torch.uint8), cpu[name].view(torch.uint8))
+
+
+@needs_gpu
+def test_varlen_with_block_table_on_cuda():
+    """flash_attn_varlen_func over a paged cache (block_table) on CUDA tensors = on the CPU."""
+    g = torch.Generator().manual_seed(5)
+    H, Hk, D, page = 4, 2, 64, 16
+    lq = [3, 1, 17]
+    q = _randn((sum(lq), H, D), "float16", g)
+    bt = _block_table(3, 64 // page, g)
+    kp, vp = (_paged(_randn((3, 64, Hk, D), "float16", g), page, bt) for _ in range(2))
+    cu_q = torch.tensor([0, 3, 4, 21], dtype=torch.int32)
+    cu_k = torch.tensor([0, 40, 104, 121], dtype=torch.int32)
+    args = dict(max_seqlen_q=17, max_seqlen_k=64, causal=True)
+    oc = flashattn.flash_attn_varlen_func(q, kp, vp, cu_q, cu_k, block_table=bt, **args)
+    og = flashattn.flash_attn_varlen_func(q.cuda(), kp.cuda(), vp.cuda(), cu_q.cuda(),
+                                          cu_k.cuda(), block_table=bt.cuda(), **args)
+    assert og.device.type == "cuda"
+    _assert_close(og, oc, "float16", "varlen paged")
+
+
+@needs_gpu
+def test_kvcache_under_torch_compile():
+    """flash_attn_with_kvcache traced by torch.compile on CUDA tensors appends in place as in
+    eager mode."""
+    from flashattn.flash_attn_interface import _torch as _register
+
+    if not _register().HAS_CUSTOM_OP:
+        pytest.skip("torch < 2.4 has no torch.library.custom_op")
+
+    def step(q, kc, vc, k, v, lens):
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, k=k, v=v, cache_seqlens=lens,
+                                                 causal=True) * 2
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (_randn((2, 1, n, 64), "float16", g).cuda() for n in (8, 2, 2))
+    kc, vc = (_randn((2, 128, 2, 64), "float16", g).cuda() for _ in range(2))
+    lens = torch.tensor([5, 77], dtype=torch.int32, device="cuda")
+    kc2, vc2 = kc.clone(), vc.clone()
+    eager = step(q, kc, vc, k, v, lens)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(q, kc2, vc2, k, v, lens)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+    assert torch.allclose(eager, compiled, rtol=2e-3, atol=2e-3)
 
 
 @needs_gpu
