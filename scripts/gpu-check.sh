@@ -5,7 +5,7 @@
 # network. Run from anywhere:
 #
 #     scripts/gpu-check.sh                  # logs in build-gpu/logs/
-#     OUT=/some/dir scripts/gpu-check.sh    # logs in $OUT (at most 5 files there)
+#     OUT=/some/dir scripts/gpu-check.sh    # logs in $OUT (at most 6 files there)
 #
 # Steps (each timed; the script keeps going after a failing step):
 #   gpu            nvidia-smi -L and the compute capability (9.0 -> FA_CUDA_ARCHS=90)
@@ -27,15 +27,20 @@
 #                  (bf16, S = 1024..4096, D = 64 and 128, causal and not) against torch SDPA's
 #                  flash and cuDNN backends, gradients checked and flashattn's bitwise
 #                  deterministic over two steps
+#   bench-decode   python3 bench/gpu_bench_decode.py --time-budget .. --json ..: the KV-cache
+#                  decode (one token, H = 32, Hk = 8, D = 128, bf16, B = 1..64, caches of 1k..128k,
+#                  contiguous and paged by 16 and 256) in GB/s of cache read against a copy
+#                  probe's bandwidth and torch SDPA on the same cache
 #
 # Files in the log folder: gpu-check.log (every step's full output), gpu-bench.json,
-# gpu-bench.md, gpu-bench-bwd.json, summary.txt (the tables printed last). Exit status: 0 when
+# gpu-bench.md, gpu-bench-bwd.json, gpu-bench-decode.json, summary.txt (the tables printed last). Exit status: 0 when
 # every step passed.
 #
 # Environment: BUILD (default build-gpu), PYTHON (python3), JOBS (nproc), CUDA_ARCHS (skip the
-# detection), BENCH_BUDGET (240 s) and BWD_BUDGET (120 s), TOTAL_BUDGET (450 s: the benchmarks'
-# budgets shrink so that the whole script stays within it — two thirds of what is left to the
-# forward, never below 60 s, the rest to forward + backward, never below 45 s).
+# detection), BENCH_BUDGET (240 s), BWD_BUDGET (120 s) and DECODE_BUDGET (90 s), TOTAL_BUDGET
+# (450 s: the benchmarks' budgets shrink so that the whole script stays within it — half of what
+# is left to the forward, never below 60 s, half of the rest to forward + backward, never below
+# 45 s, the rest to the decode, never below 40 s).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,6 +49,7 @@ PYTHON=${PYTHON:-python3}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 BENCH_BUDGET=${BENCH_BUDGET:-240}
 BWD_BUDGET=${BWD_BUDGET:-120}
+DECODE_BUDGET=${DECODE_BUDGET:-90}
 TOTAL_BUDGET=${TOTAL_BUDGET:-450}
 export PYTHONUNBUFFERED=1
 case $BUILD in
@@ -119,7 +125,7 @@ summary() {
             printf '%-14s %-6s %8s\n' "${STEP_NAMES[$i]}" "${STEP_STATUS[$i]}" "${STEP_SECS[$i]}"
         done
         local f
-        for f in "$TMP/bench.stdout" "$TMP/bench-bwd.stdout"; do
+        for f in "$TMP/bench.stdout" "$TMP/bench-bwd.stdout" "$TMP/bench-decode.stdout"; do
             if [[ -s $f ]]; then
                 echo
                 sed '/./,$!d' "$f" # without the leading blank lines
@@ -221,10 +227,11 @@ FLASHATTN_REQUIRE_GPU=1 $PYTHON -m pytest -q -rs -p no:cacheprovider python/test
     || true
 
 # 4. Benchmarks ---------------------------------------------------------------------------------
-# What is left of TOTAL_BUDGET goes two thirds to the forward, the rest to forward + backward.
+# What is left of TOTAL_BUDGET goes half to the forward, a quarter to forward + backward, the
+# rest to the decode.
 spent=$(($(date +%s) - T_START / 1000000000))
-left=$((TOTAL_BUDGET - spent - 30))
-budget=$((left * 2 / 3))
+left=$((TOTAL_BUDGET - spent - 45))
+budget=$((left / 2))
 ((budget > BENCH_BUDGET)) && budget=$BENCH_BUDGET
 ((budget < 60)) && budget=60
 run_step bench $((budget + 120)) 0 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
@@ -232,12 +239,19 @@ $PYTHON bench/gpu_bench.py --time-budget $budget --json '$LOGDIR/gpu-bench.json'
 --md '$LOGDIR/gpu-bench.md' 2>&1 >'$TMP/bench.stdout'; rc=\$?; cat '$TMP/bench.stdout'; exit \$rc" \
     || true
 spent=$(($(date +%s) - T_START / 1000000000))
-budget=$((TOTAL_BUDGET - spent - 30))
+budget=$(((TOTAL_BUDGET - spent - 30) / 2))
 ((budget > BWD_BUDGET)) && budget=$BWD_BUDGET
 ((budget < 45)) && budget=45
 run_step bench-bwd $((budget + 120)) 0 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
 $PYTHON bench/gpu_bench_bwd.py --time-budget $budget --json '$LOGDIR/gpu-bench-bwd.json' \
 2>&1 >'$TMP/bench-bwd.stdout'; rc=\$?; cat '$TMP/bench-bwd.stdout'; exit \$rc" || true
+spent=$(($(date +%s) - T_START / 1000000000))
+budget=$((TOTAL_BUDGET - spent - 30))
+((budget > DECODE_BUDGET)) && budget=$DECODE_BUDGET
+((budget < 40)) && budget=40
+run_step bench-decode $((budget + 90)) 0 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
+$PYTHON bench/gpu_bench_decode.py --time-budget $budget --json '$LOGDIR/gpu-bench-decode.json' \
+2>&1 >'$TMP/bench-decode.stdout'; rc=\$?; cat '$TMP/bench-decode.stdout'; exit \$rc" || true
 
 trap - INT TERM
 summary

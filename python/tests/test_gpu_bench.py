@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """bench/gpu_bench.py's bookkeeping, without a GPU: the verdict, the tile table and report,
 FA_CUDA_TILE_D128's restore, the ceilings (fa_cuda_peak's output read, its failures reported,
-%mma in the table and report), the timing of backends, and gpu_bench_bwd.py's table. The
-benchmarks themselves run only where torch sees a GPU (scripts/gpu-check.sh), so a mistake in
-these paths would otherwise first show on a lent GPU machine's scarce minutes."""
+%mma in the table and report), the timing of backends, gpu_bench_bwd.py's table and
+gpu_bench_decode.py's table and arguments. The benchmarks themselves run only where torch sees a
+GPU (scripts/gpu-check.sh), so a mistake in these paths would otherwise first show on a lent GPU
+machine's scarce minutes."""
 
 import json
 import os
@@ -233,3 +234,24 @@ def test_backward_bench_table():
     assert "100.0" in row and "1.50x" in row and "ok 1.0e-02" in row and row.endswith("yes")
     rec["deterministic"] = False
     assert gbb.table([rec]).splitlines()[-1].endswith(" NO")
+
+
+def test_decode_bench_table_and_args():
+    """gpu_bench_decode.py: the cache bytes, GB/s and %copy in the table, a failed check shown,
+    configurations over --max-cache-gb left out by the grid, and a bad layout refused."""
+    gbd = load_bench("gpu_bench_decode")
+    assert gbd.cache_bytes(8, 16384) == 8 * 16384 * 8 * 128 * 2 * 2
+    rec = {"B": 8, "L": 16384, "layout": "paged16", "tol": 2e-2,
+           "backends": {"flashattn": {"ms": 0.05, "gbps": 2684.4}, "sdpa": {"ms": 0.1,
+                                                                            "gbps": 1342.2}},
+           "check": {"flashattn": 4e-3}, "ratio_vs_sdpa": 2.0}
+    row = gbd.table([rec], 3000.0).splitlines()[-1]
+    assert "50.0" in row and "2684" in row and "89%" in row and "2.00x" in row
+    assert row.endswith("ok 4.0e-03")
+    rec["check"]["flashattn"] = 5e-2
+    assert "FAIL 5.0e-02" in gbd.table([rec], 3000.0)
+    args = gbd.parse_args(["--batches", "1,64", "--lengths", "1024,131072"])
+    assert args.batches == [1, 64] and args.lengths == [1024, 131072]
+    assert gbd.cache_bytes(64, 131072) > args.max_cache_gb * (1 << 30)  # left out by main()
+    with pytest.raises(SystemExit):
+        gbd.parse_args(["--layouts", "paged7"])
