@@ -35,6 +35,9 @@
  * Gradients are poisoned with NaN before the call, so an element the library does not write
  * fails.
  *
+ * On each CUDA device also the KV cache (verify_kv.c): fa_forward_kvcache against the CPU
+ * backend on the same inputs.
+ *
  * Exit status: 0 if every case passes, 1 if any fails or the library reports an error, 2 on bad
  * usage.
  */
@@ -49,6 +52,7 @@
 #include "attention_ref.h"
 #include "attention_ref_backward.h"
 #include "flashattn.h"
+#include "verify.h"
 
 #define MAX_SEQS 4
 
@@ -114,17 +118,7 @@ static void *random_tensor(cli_rng *rng, fa_dtype t, size_t n, double **exact, c
     return buf;
 }
 
-/* Where a case runs: the CPU, or CUDA device `index`, where inputs are copied and outputs
- * (poison included) copied in and back out. */
-typedef struct backend {
-    int cuda;
-    int32_t index;
-    void *dev[12]; /* the backward places 9 tensors */
-    int ndev;
-} backend;
-
-/* t itself on the CPU; on CUDA a device copy of its `bytes` bytes. */
-static fa_tensor place(backend *be, fa_tensor t, size_t bytes) {
+fa_tensor place(backend *be, fa_tensor t, size_t bytes) {
     void *d;
     if (!be->cuda)
         return t;
@@ -140,14 +134,13 @@ static fa_tensor place(backend *be, fa_tensor t, size_t bytes) {
     return t;
 }
 
-/* Copies an output placed on the device back to `host`; then frees the device copies. */
-static void fetch(const backend *be, void *host, const fa_tensor *t, size_t bytes) {
+void fetch(const backend *be, void *host, const fa_tensor *t, size_t bytes) {
     if (be->cuda && bytes > 0)
         CLI_CHECK("fa_device_copy",
                   fa_device_copy(host, FA_DEVICE_CPU, t->data, FA_DEVICE_CUDA, be->index, bytes));
 }
 
-static void release(backend *be) {
+void release(backend *be) {
     while (be->ndev > 0)
         CLI_CHECK("fa_device_free", fa_device_free(FA_DEVICE_CUDA, be->index, be->dev[--be->ndev]));
 }
@@ -344,11 +337,11 @@ static verdict run_varlen(fa_context *ctx, backend *be, const vcase *c, cli_rng 
     return r;
 }
 
-static void out_tolerance(fa_dtype t, const verdict *r, double *tol_out, double *tol_lse) {
+void verify_tolerance(fa_dtype t, double max_ref_out, double max_ref_lse, double *tol_out,
+                      double *tol_lse) {
     double f = t == FA_DTYPE_F32 ? 1e-5 : t == FA_DTYPE_F16 ? 2e-3 : 1.6e-2;
-    double lse_scale = r->max_ref_lse > 1.0 ? r->max_ref_lse : 1.0;
-    *tol_out = t == FA_DTYPE_F32 ? f * (r->max_ref_out > 1.0 ? r->max_ref_out : 1.0) : f;
-    *tol_lse = f * lse_scale;
+    *tol_out = t == FA_DTYPE_F32 ? f * (max_ref_out > 1.0 ? max_ref_out : 1.0) : f;
+    *tol_lse = f * (max_ref_lse > 1.0 ? max_ref_lse : 1.0);
 }
 
 static void describe(const vcase *c, char *buf, size_t n) {
@@ -590,7 +583,7 @@ static size_t run_forward_cases(fa_context *ctx, backend *be, cli_rng *rng, int 
         double tol_out, tol_lse;
         int pass;
         verdict r = c->nseq ? run_varlen(ctx, be, c, rng) : run_fixed(ctx, be, c, rng);
-        out_tolerance(c->dtype, &r, &tol_out, &tol_lse);
+        verify_tolerance(c->dtype, r.max_ref_out, r.max_ref_lse, &tol_out, &tol_lse);
         pass = r.out_err <= tol_out && r.lse_err <= tol_lse; /* false for NaN/inf errors */
         if (!pass)
             failed++;
@@ -729,11 +722,13 @@ int cmd_verify(int argc, char **argv) {
                        "host)\n", (int)dev);
                 print_table_header();
             }
+            size_t nkv;
             failed += run_forward_cases(ctx, &gpu, &rng, quiet);
             failed += run_backward_cases(ctx, &gpu, &rng, quiet);
-            total += NUM_CASES + NUM_BCASES;
+            failed += verify_kvcache_cases(dev, &rng, quiet, &nkv);
+            total += NUM_CASES + NUM_BCASES + nkv;
         }
-        snprintf(cuda_note, sizeof cuda_note, "forward and backward on %d CUDA device%s",
+        snprintf(cuda_note, sizeof cuda_note, "forward, backward and KV cache on %d CUDA device%s",
                  (int)ncuda, ncuda == 1 ? "" : "s");
     }
 
