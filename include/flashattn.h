@@ -287,7 +287,8 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
 
 /* The cache side of fa_forward_kvcache, flash-attn's flash_attn_with_kvcache. Fill it with
  * fa_kvcache_init, then set the tensors you use; a tensor whose data is NULL is absent. All
- * tensors are on the CPU (CUDA tensors: FA_ERR_UNSUPPORTED); k/v tensors share q's dtype. */
+ * tensors are on q's device, except that the int32 ones (cache_seqlens, cache_batch_idx,
+ * cache_leftpad, block_table) may be on the host with CUDA q; k/v tensors share q's dtype. */
 typedef struct fa_kvcache {
     uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
     /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
@@ -387,16 +388,17 @@ FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask)
  * Devices
  *
  * Tensors may live in CUDA device memory (device = FA_DEVICE_CUDA, device_index = the CUDA
- * ordinal). Every tensor of a call must be on the same device, except the int32 cu_seqlens,
- * which may be on the host or on that device. The CUDA plug-in, libflashattn_cuda.so, is loaded
+ * ordinal). Every tensor of a call must be on the same device, except the int32 cu_seqlens and
+ * KV-cache indices, which may be on the host or on that device. The CUDA plug-in, libflashattn_cuda.so, is loaded
  * on first use: from the path in the environment variable FA_CUDA_PLUGIN if set, else from the
  * directory of libflashattn.so, else from the dynamic loader's search path. It needs only the
  * NVIDIA driver (the CUDA runtime is linked into it). When it is missing, a call with CUDA
  * tensors returns FA_ERR_DEVICE and fa_last_error_message() says why.
  *
- * On CUDA tensors: fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward and
- * fa_dropout_mask run on the GPU (the backward deterministic, as on the CPU).
- * fa_forward_kvcache returns FA_ERR_UNSUPPORTED.
+ * On CUDA tensors: fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward,
+ * fa_forward_kvcache and fa_dropout_mask run on the GPU (the backward deterministic, as on the
+ * CPU). fa_forward_kvcache's int32 indices may stay on the host; device ones are copied back to
+ * be checked, which waits for the stream.
  *
  * The helpers below give C programs device memory without linking the CUDA toolkit (the tests
  * and `flashattn verify` use them). Each loads the plug-in as above.
