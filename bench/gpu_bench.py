@@ -173,6 +173,19 @@ def load_flashattn(args):
     return flashattn, ok, why
 
 
+def setup(args):
+    """What every benchmark here starts with: torch (exit 2 without a GPU), flashattn, the timer
+    and the machine's description, as one namespace."""
+    import types
+
+    torch = load_torch()
+    fa, fa_ok, fa_why = load_flashattn(args)
+    timer_name, timer = make_timer(torch, args.timer)
+    return types.SimpleNamespace(torch=torch, fa=fa, fa_ok=fa_ok, fa_why=fa_why,
+                                 timer_name=timer_name, timer=timer,
+                                 info=machine_info(torch, fa))
+
+
 def _try(f, default=None):
     try:
         return f()
@@ -710,13 +723,12 @@ def verdict_of(results, skipped):
 def main(argv=None):
     args = parse_args(argv)
     t_start = time.perf_counter()
-    torch = load_torch()
-    fa, fa_ok, fa_why = load_flashattn(args)
+    env = setup(args)
+    torch, fa, fa_ok, fa_why = env.torch, env.fa, env.fa_ok, env.fa_why
+    timer_name, timer, info = env.timer_name, env.timer, env.info
     if not fa_ok:
         print(f"gpu_bench.py: flashattn cannot run on the GPU: {fa_why}", file=sys.stderr)
     sdpa = sdpa_backends(torch)
-    timer_name, timer = make_timer(torch, args.timer)
-    info = machine_info(torch, fa)
     print(f"gpu_bench.py: {info['gpu']} ({info['capability']}), torch {info['torch']} (flash: "
           f"{info.get('torch_flash_impl')}), flashattn library {info.get('flashattn_library')}; "
           f"timer: {timer_name}", file=sys.stderr, flush=True)

@@ -149,11 +149,10 @@ def table(results):
 def main(argv=None):
     args = parse_args(argv)
     t_start = time.perf_counter()
-    torch = gb.load_torch()
-    fa, fa_ok, fa_why = gb.load_flashattn(args)
+    env = gb.setup(args)
+    torch, fa, fa_ok, fa_why = env.torch, env.fa, env.fa_ok, env.fa_why
+    timer_name, timer, info = env.timer_name, env.timer, env.info
     sdpa = gb.sdpa_backends(torch)
-    timer_name, timer = gb.make_timer(torch, args.timer)
-    info = gb.machine_info(torch, fa)
     configs = [(S, D, c) for S in args.seqlens for D in args.dims for c in args.causal]
     results, skipped = [], []
     for i, (S, D, c) in enumerate(configs):

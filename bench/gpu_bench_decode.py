@@ -194,10 +194,9 @@ def table(results, copy_gbps):
 def main(argv=None):
     args = parse_args(argv)
     t_start = time.perf_counter()
-    torch = gb.load_torch()
-    fa, fa_ok, fa_why = gb.load_flashattn(args)
-    timer_name, timer = gb.make_timer(torch, args.timer)
-    info = gb.machine_info(torch, fa)
+    env = gb.setup(args)
+    torch, fa, fa_ok, fa_why = env.torch, env.fa, env.fa_ok, env.fa_why
+    timer_name, timer, info = env.timer_name, env.timer, env.info
     copy_gbps = copy_bandwidth(torch, timer, args.probe_gb)
     torch.cuda.empty_cache()
     configs = [(B, L) for L in args.lengths for B in args.batches
