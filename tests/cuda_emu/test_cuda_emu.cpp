@@ -26,6 +26,7 @@
 #include "emu.h"
 #include "fwd_mma_emu.cu"
 #include "fwd_simple_emu.cu"
+#include "ref_attn.h"
 
 #include <algorithm>
 #include <chrono>
@@ -210,12 +211,7 @@ static int run(const Cfg &c) {
     else
         p.lse_sb = (int64_t)c.H * c.Sq, p.lse_sh = c.Sq, p.lse_ss = 1;
     p.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D);
-    p.causal = c.causal;
-    p.window_left = c.wl;
-    p.window_right = c.causal ? 0 : c.wr;
-    p.softcap = c.softcap;
-    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
-    p.alibi_sb = c.H, p.alibi_sh = 1;
+    ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     const long err0 = emu::g_errors;
     if (c.simple) {
         fa__simple_forward(&p, p.cu_q, p.cu_k, nullptr);
@@ -227,64 +223,35 @@ static int run(const Cfg &c) {
         fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
     }
 
-    /* The reference, in fp64 on the same inputs, under the non-finite rule (docs/semantics.md):
-     * a NaN or +Inf score among the row's visible keys makes its out and lse NaN; a -Inf score
-     * weighs 0 (times v, as the formula: 0 times a non-finite v is NaN); a row whose visible
-     * scores are all -Inf, or that sees no key, gets out = 0 and lse = -inf; keys the row cannot
-     * see take no part. Where the reference is not finite, out and lse must be the same
-     * (NaN, or the same infinity). */
+    /* The reference, in fp64 on the same inputs, under the non-finite rule (ref_attn_row). Where
+     * it is not finite, out and lse must be the same (NaN, or the same infinity). */
     double max_err = 0, max_lse_err = 0;
     long bad_nan = 0, unwritten = 0, n_rows = 0, bad_class = 0;
     long rows_finite = 0, rows_nonfinite = 0; // by what the reference expects of them
     std::vector<char> expect(no, 0);
-    std::vector<double> s(maxk + 1);
+    std::vector<double> qv(D), ro(D);
     for (int b = 0; b < B; ++b) {
         const int rq = varlen ? cu_q[b] : 0, rk = varlen ? cu_k[b] : 0;
         const int sq = varlen ? cu_q[b + 1] - rq : c.Sq, sk = varlen ? cu_k[b + 1] - rk : c.Sk;
-        const int off = sk - sq;
+        const int64_t k0 = b * ksb + (int64_t)rk * kss; // key 0 of batch b
         for (int h = 0; h < c.H; ++h) {
-            const int hk = h / (c.H / c.Hk);
+            const int64_t kh = k0 + (h / (c.H / c.Hk)) * ksh;
+            auto kf = [&](int64_t j, int e) { return get(k, kh + j * kss + e); };
+            auto vf = [&](int64_t j, int e) { return get(v, kh + j * kss + e); };
             const double slope = p.alibi ? slopes[b * c.H + h] : 0;
             for (int i = 0; i < sq; ++i) {
                 n_rows++;
-                const int64_t lo =
-                    std::max<int64_t>(p.window_left < 0 ? 0 : (int64_t)i + off - p.window_left, 0);
-                const int64_t hi = std::min<int64_t>(
-                    p.window_right < 0 ? sk : (int64_t)i + off + p.window_right + 1, sk);
-                double m = -INFINITY;
-                bool row_nan = false; // a NaN or +Inf score at a visible key
                 const int64_t qrow = b * qsb + (int64_t)(rq + i) * qss + h * qsh;
-                for (int64_t j = lo; j < hi; ++j) {
-                    const int64_t krow = b * ksb + (rk + j) * kss + hk * ksh;
-                    double d = 0;
-                    for (int e = 0; e < D; ++e)
-                        d += get(q, qrow + e) * get(k, krow + e);
-                    d *= p.scale;
-                    if (c.softcap > 0)
-                        d = c.softcap * tanh(d / c.softcap);
-                    if (p.alibi)
-                        d -= slope * fabs((double)(i + off - j));
-                    s[j] = d;
-                    if (std::isnan(d) || d == INFINITY)
-                        row_nan = true;
-                    else
-                        m = std::max(m, d);
-                }
-                double l = 0;
-                std::vector<double> acc(D, 0.0);
-                if (!row_nan && m != -INFINITY)
-                    for (int64_t j = lo; j < hi; ++j) {
-                        const double e = exp(s[j] - m); // 0 at a -Inf score
-                        l += e;
-                        const int64_t vrow = b * ksb + (rk + j) * kss + hk * ksh;
-                        for (int x = 0; x < D; ++x)
-                            acc[x] += e * get(v, vrow + x);
-                    }
+                for (int e = 0; e < D; ++e)
+                    qv[e] = get(q, qrow + e);
+                const RefRow r =
+                    ref_row(D, i, sq, sk, p.window_left, p.window_right, p.scale, c.softcap, slope);
+                const double ref_lse = ref_attn_row(r, qv.data(), kf, vf, ro.data());
                 const int64_t orow = b * osb + (int64_t)(rq + i) * oss + h * osh;
-                bool row_finite = !row_nan;
+                bool row_finite = true;
                 for (int x = 0; x < D; ++x) {
                     expect[orow + x] = 1;
-                    const double ref = row_nan ? NAN : l > 0 ? acc[x] / l : 0.0;
+                    const double ref = ro[x];
                     row_finite = row_finite && std::isfinite(ref);
                     if (bits(o, orow + x) == sentinel) {
                         if (unwritten++ < 5)
@@ -315,20 +282,20 @@ static int run(const Cfg &c) {
                 }
                 (row_finite ? rows_finite : rows_nonfinite)++;
                 if (c.lse) {
-                    const double ref = row_nan ? NAN : l > 0 ? m + log(l) : -INFINITY;
                     const float got =
                         lse[b * p.lse_sb + h * p.lse_sh + (int64_t)(rq + i) * p.lse_ss];
                     double e;
-                    if (std::isnan(ref))
+                    if (std::isnan(ref_lse))
                         e = std::isnan(got) && !lse_untouched(got) ? 0 : INFINITY;
-                    else if (ref == -INFINITY)
+                    else if (ref_lse == -INFINITY)
                         e = got == -INFINITY ? 0 : INFINITY;
                     else
-                        e = std::isnan(got) ? INFINITY : fabs(got - ref);
+                        e = std::isnan(got) ? INFINITY : fabs(got - ref_lse);
                     if (e > max_lse_err) {
                         max_lse_err = e;
                         if (e > 1e-3)
-                            printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got, ref);
+                            printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got,
+                                   ref_lse);
                     }
                 }
             }
@@ -681,12 +648,7 @@ static int run_cache(const CacheCfg &c) {
     p.lse = c.lse ? lse : nullptr;
     p.lse_sb = (int64_t)H * Sq, p.lse_sh = Sq, p.lse_ss = 1;
     p.scale = 1.0f / sqrtf((float)D);
-    p.causal = c.causal;
-    p.window_left = c.wl;
-    p.window_right = c.causal ? 0 : c.wr;
-    p.softcap = c.softcap;
-    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
-    p.alibi_sb = H, p.alibi_sh = 1;
+    ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     const long err0 = emu::g_errors;
     if (!fa__mma_supported(&p, 80)) {
         printf("  not supported by fa__mma_supported\n");
@@ -698,39 +660,22 @@ static int run_cache(const CacheCfg &c) {
     const double tol = 2.0 * ldexp(1.0, c.bf ? -9 : -12) + 1e-5;
     double max_err = 0, max_lse_err = 0;
     long bad = 0, unwritten = 0, n_nan = 0; // n_nan: out elements the reference makes NaN
-    std::vector<double> s;
+    std::vector<double> qv(D), ro(D);
     for (int b = 0; b < B; ++b) {
-        const int sk = c.sk[b], off = sk - Sq;
-        s.assign(sk + 1, 0);
         for (int h = 0; h < H; ++h) {
             const int hk = h / c.G;
+            /* the plain arrays; the scores are finite (q and k are), so the rule only passes on
+             * nan_v's NaN */
+            auto kf = [&](int64_t j, int e) { return val(kp[b][((size_t)j * Hk + hk) * D + e]); };
+            auto vf = [&](int64_t j, int e) { return val(vp[b][((size_t)j * Hk + hk) * D + e]); };
+            const double slope = p.alibi ? slopes[b * H + h] : 0;
             for (int i = 0; i < Sq; ++i) {
-                const int lo = std::max(c.wl < 0 ? 0 : i + off - c.wl, 0);
-                const int hi = std::min(p.window_right < 0 ? sk : i + off + p.window_right + 1, sk);
                 const uint16_t *qr = q.data() + b * qsb + i * qss + h * qsh;
-                double m = -INFINITY;
-                for (int j = lo; j < hi; ++j) {
-                    const uint16_t *kr = kp[b].data() + ((size_t)j * Hk + hk) * D;
-                    double d = 0;
-                    for (int e = 0; e < D; ++e)
-                        d += val(qr[e]) * val(kr[e]);
-                    d *= p.scale;
-                    if (c.softcap > 0)
-                        d = c.softcap * tanh(d / c.softcap);
-                    if (p.alibi)
-                        d -= slopes[b * H + h] * fabs((double)(i + off - j));
-                    s[j] = d;
-                    m = std::max(m, d);
-                }
-                double l = 0;
-                std::vector<double> acc(D, 0.0);
-                for (int j = lo; j < hi; ++j) {
-                    const double e = exp(s[j] - m);
-                    l += e;
-                    const uint16_t *vr = vp[b].data() + ((size_t)j * Hk + hk) * D;
-                    for (int x = 0; x < D; ++x)
-                        acc[x] += e * val(vr[x]);
-                }
+                for (int e = 0; e < D; ++e)
+                    qv[e] = val(qr[e]);
+                const RefRow r = ref_row(D, i, Sq, c.sk[b], p.window_left, p.window_right, p.scale,
+                                         c.softcap, slope);
+                const double ref_lse = ref_attn_row(r, qv.data(), kf, vf, ro.data());
                 const uint16_t *orow = o + b * qsb + i * qss + h * qsh;
                 for (int x = 0; x < D; ++x) {
                     if (orow[x] == sentinel) {
@@ -738,7 +683,7 @@ static int run_cache(const CacheCfg &c) {
                             printf("  unwritten out: b %d h %d i %d d %d\n", b, h, i, x);
                         continue;
                     }
-                    const double ref = l > 0 ? acc[x] / l : 0.0, got = val(orow[x]);
+                    const double ref = ro[x], got = val(orow[x]);
                     const double err = std::isnan(ref)      ? (std::isnan(got) ? 0 : INFINITY)
                                        : std::isfinite(got) ? fabs(got - ref)
                                                             : INFINITY;
@@ -748,13 +693,12 @@ static int run_cache(const CacheCfg &c) {
                     max_err = std::max(max_err, err);
                 }
                 if (c.lse) {
-                    const double ref = l > 0 ? m + log(l) : -INFINITY;
                     const float got = lse[b * p.lse_sb + h * p.lse_sh + i];
-                    const double e = ref == -INFINITY     ? (got == -INFINITY ? 0 : INFINITY)
-                                     : std::isfinite(got) ? fabs(got - ref)
+                    const double e = ref_lse == -INFINITY ? (got == -INFINITY ? 0 : INFINITY)
+                                     : std::isfinite(got) ? fabs(got - ref_lse)
                                                           : INFINITY;
                     if (e > max_lse_err && e > 1e-3)
-                        printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got, ref);
+                        printf("  lse err: b %d h %d i %d got %g ref %g\n", b, h, i, got, ref_lse);
                     max_lse_err = std::max(max_lse_err, e);
                 }
             }

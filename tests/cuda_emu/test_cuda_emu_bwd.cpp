@@ -28,6 +28,7 @@
 #include "emu.h"
 // the kernels' copy, after the emulator it is written for
 #include "bwd_mma_emu.cu"
+#include "ref_attn.h"
 
 #include <algorithm>
 #include <chrono>
@@ -174,38 +175,26 @@ static int run(const Cfg &c, double *worst) {
     std::vector<float> delta((size_t)c.H * R, NAN), lse2((size_t)c.H * R, NAN);
     for (int b = 0; b < B; ++b) {
         const int rq = varlen ? cu_q[b] : 0, rk = varlen ? cu_k[b] : 0, bb = varlen ? 0 : b;
-        const int sq = varlen ? c.lq[b] : c.Sq, sk = varlen ? c.lk[b] : c.Sk, off = sk - sq;
+        const int sq = varlen ? c.lq[b] : c.Sq, sk = varlen ? c.lk[b] : c.Sk;
         for (int j = 0; j < sk; ++j)
             for (int hk = 0; hk < c.Hk; ++hk)
                 for (int d = 0; d < D; ++d)
                     want_k[at(k, bb, rk + j, hk) + d] = 1;
         for (int h = 0; h < c.H; ++h) {
             const int hk = h / (c.H / c.Hk);
+            const int64_t k0 = at(k, bb, rk, hk); // key 0 of batch b, head hk
+            auto kf = [&](int64_t j, int e) { return val(k.x[k0 + j * k.ss + e]); };
             const double slope = c.alibi != 0 ? slopes[b * c.H + h] : 0;
             for (int i = 0; i < sq; ++i) {
-                const int64_t lo = c.wl < 0 ? 0 : std::max<int64_t>((int64_t)i + off - c.wl, 0);
-                const int64_t hi =
-                    wr < 0 ? sk : std::min<int64_t>((int64_t)i + off + wr + 1, (int64_t)sk);
+                const RefRow r = ref_row(D, i, sq, sk, c.wl, wr, scale, c.softcap, slope);
+                const int64_t lo = r.lo, hi = r.hi;
                 const int64_t qa = at(q, bb, rq + i, h);
-                std::vector<double> s(sk), th(sk), p(sk, 0.0);
-                double m = -INFINITY;
-                bool row_nan = false; // a NaN or +Inf score at a visible key
-                for (int64_t j = lo; j < hi; ++j) {
-                    const int64_t ka = at(k, bb, rk + (int)j, hk);
-                    double x = 0;
-                    for (int d = 0; d < D; ++d)
-                        x += val(q.x[qa + d]) * val(k.x[ka + d]);
-                    x *= scale;
-                    th[j] = c.softcap > 0 ? tanh(x / c.softcap) : 0;
-                    if (c.softcap > 0)
-                        x = c.softcap * th[j];
-                    x -= slope * fabs((double)(i + off - j));
-                    s[j] = x;
-                    if (std::isnan(x) || x == INFINITY)
-                        row_nan = true;
-                    else
-                        m = std::max(m, x);
-                }
+                std::vector<double> qv(D), s(sk), th(sk), p(sk, 0.0);
+                for (int d = 0; d < D; ++d)
+                    qv[d] = val(q.x[qa + d]);
+                bool row_nan; // a NaN or +Inf score at a visible key
+                const double m =
+                    ref_scores(r, qv.data(), kf, s.data() + lo, th.data() + lo, &row_nan);
                 /* the non-finite rule: a NaN row has NaN P, out and lse; a row whose visible
                  * scores are all -Inf (or that sees no key) is fully masked: out = 0, lse = -inf,
                  * dq = 0, and it adds nothing to dk, dv */
@@ -277,12 +266,7 @@ static int run(const Cfg &c, double *worst) {
     p.q = view(q), p.k = view(k), p.v = view(v), p.out = view(out), p.dout = view(dout);
     p.dq = view(dq), p.dk = view(dk), p.dv = view(dv);
     p.scale = scale_f;
-    p.causal = c.causal;
-    p.window_left = c.wl;
-    p.window_right = wr;
-    p.softcap = c.softcap;
-    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
-    p.alibi_sb = c.H, p.alibi_sh = 1;
+    ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     p.dropout_p = c.dropout, p.dropout_threshold = threshold, p.dropout_scale = drop_scale;
     p.dropout_seed = seed, p.dropout_offset = offset;
     fa__bwd_rows_in rows_in = {delta.data(), lse2.data(), R};

@@ -18,6 +18,7 @@
 #include "emu.h"
 
 #include "decode_emu.cu" /* cuda/decode.cu as emu_kernel.cmake copies it */
+#include "ref_attn.h"
 
 #include <algorithm>
 #include <random>
@@ -202,70 +203,41 @@ static int run(const Cfg &c) {
     p.lse = c.lse ? lse : nullptr;
     p.lse_sb = (int64_t)H * Sq, p.lse_sh = Sq, p.lse_ss = 1;
     p.scale = 1.0f / sqrtf((float)D);
-    p.causal = c.causal;
-    p.window_left = c.wl;
-    p.window_right = c.causal ? 0 : c.wr;
-    p.softcap = c.softcap;
-    p.alibi = c.alibi != 0 ? slopes.data() : nullptr;
-    p.alibi_sb = H, p.alibi_sh = 1;
+    ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     printf("%s\n", describe(c).c_str());
     if (!fa__decode_supported(&p)) {
         printf("  FAIL: not supported by fa__decode_supported\n");
         return 1;
     }
 
-    /* the reference, fp64, under the non-finite rule (as tests/cuda_emu/test_cuda_emu.cpp) */
-    std::vector<double> ref_o(no, 0.0), ref_l(nl, 0.0);
+    /* the reference, fp64, under the non-finite rule (ref_attn_row), reading the cache */
+    std::vector<double> ref_o(no, 0.0), ref_l(nl, 0.0), qv(D);
     std::vector<char> expect(no, 0);
     long rows_finite = 0, rows_nonfinite = 0;
     for (int b = 0; b < B; ++b) {
-        const int sk = seqlens[b], off = sk - Sq;
         for (int h = 0; h < H; ++h) {
             const int hk = h / (H / Hk);
+            auto kf = [&](int64_t j, int e) {
+                return from_bits(dt, get_bits(dt, k, at(b, (int)j, hk) + e));
+            };
+            auto vf = [&](int64_t j, int e) {
+                return from_bits(dt, get_bits(dt, v, at(b, (int)j, hk, true) + e));
+            };
+            const double slope = p.alibi ? slopes[b * H + h] : 0;
             for (int i = 0; i < Sq; ++i) {
-                const int64_t lo =
-                    std::max<int64_t>(p.window_left < 0 ? 0 : i + off - p.window_left, 0);
-                const int64_t hi = std::min<int64_t>(
-                    p.window_right < 0 ? sk : (int64_t)i + off + p.window_right + 1, sk);
-                std::vector<double> s(std::max<int64_t>(hi - lo, 0));
-                double m = -INFINITY;
-                bool row_nan = false;
                 const int64_t qrow = b * qsb + i * qss + h * qsh;
-                for (int64_t j = lo; j < hi; ++j) {
-                    double d = 0;
-                    for (int e = 0; e < D; ++e)
-                        d += from_bits(qdt, get_bits(qdt, q, qrow + e * c.q_sd)) *
-                             from_bits(dt, get_bits(dt, k, at(b, (int)j, hk) + e));
-                    d *= p.scale;
-                    if (c.softcap > 0)
-                        d = c.softcap * tanh(d / c.softcap);
-                    if (p.alibi)
-                        d -= slopes[b * H + h] * fabs((double)(i + off - j));
-                    s[j - lo] = d;
-                    if (std::isnan(d) || d == INFINITY)
-                        row_nan = true;
-                    else
-                        m = std::max(m, d);
-                }
-                double l = 0;
-                std::vector<double> acc(D, 0.0);
-                if (!row_nan && m != -INFINITY)
-                    for (int64_t j = lo; j < hi; ++j) {
-                        const double e = exp(s[j - lo] - m);
-                        l += e;
-                        for (int x = 0; x < D; ++x)
-                            acc[x] +=
-                                e * from_bits(dt, get_bits(dt, v, at(b, (int)j, hk, true) + x));
-                    }
+                for (int e = 0; e < D; ++e)
+                    qv[e] = from_bits(qdt, get_bits(qdt, q, qrow + e * c.q_sd));
+                const RefRow r = ref_row(D, i, Sq, seqlens[b], p.window_left, p.window_right,
+                                         p.scale, c.softcap, slope);
                 const int64_t orow = b * osb + i * oss + h * osh;
-                bool fin = !row_nan;
+                ref_l[(b * H + h) * Sq + i] = ref_attn_row(r, qv.data(), kf, vf, &ref_o[orow]);
+                bool fin = true;
                 for (int x = 0; x < D; ++x) {
                     expect[orow + x] = 1;
-                    ref_o[orow + x] = row_nan ? NAN : l > 0 ? acc[x] / l : 0.0;
                     fin = fin && std::isfinite(ref_o[orow + x]);
                 }
                 (fin ? rows_finite : rows_nonfinite)++;
-                ref_l[(b * H + h) * Sq + i] = row_nan ? NAN : l > 0 ? m + log(l) : -INFINITY;
             }
         }
     }
