@@ -48,24 +48,6 @@
 #define FA_ROW_LOG2E 1.4426950408889634f
 #define FA_ROW_LN2 0.69314718055994531
 
-/* Element idx of an fp32, fp16 or bf16 array, as fp32. */
-FA_HD float fa__row_load(const void *data, int32_t dtype, int64_t idx) {
-    if (dtype == FA_DTYPE_F32)
-        return ((const float *)data)[idx];
-    const uint16_t x = ((const uint16_t *)data)[idx];
-    return dtype == FA_DTYPE_F16 ? fa__f16_to_f32(x) : fa__bf16_to_f32(x);
-}
-
-/* x into element idx of an fp32, fp16 or bf16 array (round to nearest even). */
-FA_HD void fa__row_store(void *data, int32_t dtype, int64_t idx, float x) {
-    if (dtype == FA_DTYPE_F32)
-        ((float *)data)[idx] = x;
-    else if (dtype == FA_DTYPE_F16)
-        ((uint16_t *)data)[idx] = fa__f32_to_f16(x);
-    else
-        ((uint16_t *)data)[idx] = fa__f32_to_bf16(x);
-}
-
 /* Offset in elements of element (b, s, h, 0) of a view without KV-cache indirections. */
 FA_HD int64_t fa__row_at(const fa__view *x, int64_t b, int64_t s, int64_t h) {
     return b * x->sb + s * x->ss + h * x->sh;

@@ -81,6 +81,11 @@ size_t fa__decode_scratch_bytes(const fa__problem *p, int64_t max_sk);
 cudaError_t fa__decode_forward(const fa__problem *pd, int64_t max_sk, int splits, void *scratch,
                                cudaStream_t stream);
 
+/* ---- fa_combine ---- */
+
+/* combine.cu: every task of c (src/combine.h), its pointers on the current device. */
+cudaError_t fa__combine_launch(const fa__combine *c, cudaStream_t stream);
+
 /* ---- backward ---- */
 
 /* The backward's per-row inputs (fa__bwd_rows_in) are described in bwd_row.h. */

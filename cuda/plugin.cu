@@ -2,8 +2,8 @@
 /*
  * plugin.cu — libflashattn_cuda.so's one exported function, fa_cuda_plugin_entry, and the
  * fa__plugin_api table it returns (src/plugin_abi.h): device queries, device memory and copies
- * for C users without the CUDA toolkit, and the forward, backward, KV-cache and dropout-mask
- * launches.
+ * for C users without the CUDA toolkit, and the forward, backward, KV-cache, combine and
+ * dropout-mask launches.
  *
  * The core has validated every argument. Each call makes its device current and restores the
  * caller's current device before returning; work is enqueued on the caller's stream. A failed
@@ -537,6 +537,18 @@ static int plugin_kvcache(const fa__problem *p, const fa__kvcache_job *job, int 
     return st;
 }
 
+static int plugin_combine(const fa__combine *c, int device, void *stream, char *msg, size_t cap) {
+    fa_saved_device prev;
+    int st = enter_device(device, &prev, msg, cap);
+    if (st != FA_OK)
+        return st;
+    const cudaError_t e = fa__combine_launch(c, (cudaStream_t)stream);
+    if (e != cudaSuccess)
+        st = fail(e, msg, cap, "combine_kernel launch on device %d", device);
+    leave_device(device, &prev);
+    return st;
+}
+
 static int plugin_dropout_mask(const fa__problem *p, int device, void *stream, char *msg,
                                size_t cap) {
     fa_saved_device prev;
@@ -572,6 +584,7 @@ static const fa__plugin_api plugin_api = {
     plugin_dropout_mask,
     plugin_backward,
     plugin_kvcache,
+    plugin_combine,
 };
 
 extern "C" __attribute__((visibility("default"))) const fa__plugin_api *

@@ -219,8 +219,9 @@ typedef struct fa_params {
      * block's time and returns FA_ERR_CANCELLED. A flag already set when the call starts returns FA_ERR_CANCELLED after
      * the arguments are checked and before anything is written. After a cancelled call its
      * outputs are unspecified (fa_forward_kvcache has appended k_new/v_new), memory is released
-     * and the context is usable. fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward
-     * and fa_forward_kvcache honour it; the CUDA plug-in and fa_dropout_mask ignore it. */
+     * and the context is usable. fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward,
+     * fa_forward_kvcache and fa_combine honour it; the CUDA plug-in and fa_dropout_mask ignore
+     * it. */
     const int32_t *cancel;
 } fa_params;
 
@@ -377,6 +378,29 @@ FA_API fa_status fa_varlen_backward(fa_context *ctx, const fa_params *params, co
                                     int64_t max_seqlen_q, int64_t max_seqlen_k,
                                     const fa_tensor *dq, const fa_tensor *dk, const fa_tensor *dv);
 
+/* Merges n >= 1 partial attentions of the same queries, each over its own part of the keys
+ * (ring attention's steps, split-KV's splits), into the attention over all of them, as
+ * flash-attn 3's flash_attn_combine:
+ *   out_partial  (B, S, H, D) fp32: part 0's output; part i's at out_partial->data +
+ *                i·out_partial_stride elements (flash-attn 3's (n, B, S, H, D) tensor: its
+ *                [0] and stride(0))
+ *   lse_partial  (B, S, H) fp32: part 0's log-sum-exp (-inf: the part saw no key); part i's at
+ *                + i·lse_partial_stride elements
+ *   out          (B, S, H, D) fp32, fp16 or bf16, written
+ *   lse          (B, S, H) fp32, written; NULL = not wanted
+ * Per row, with M = max_i lse_i and w_i = exp(lse_i - M): out = sum w_i·o_i / sum w_i and
+ * lse = M + log(sum w_i), summed in the order i = 0..n-1 in fp32. Parts with lse = -inf are
+ * skipped (their out_partial is never read); a row whose parts all have lse = -inf gets out = 0
+ * and lse = -inf; a NaN or +inf lse makes the row NaN. Any non-negative strides; every tensor on
+ * one device (CUDA: on params->cuda_stream; params may be NULL, only its stream is read); out
+ * and lse must not overlap the partials or each other. ctx: the CPU's threads (NULL: the
+ * default context). Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE,
+ * FA_ERR_STRIDE, FA_ERR_VALUE (n < 1), FA_ERR_OVERLAP, FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE. */
+FA_API fa_status fa_combine(fa_context *ctx, const fa_params *params, int64_t n,
+                            const fa_tensor *out_partial, int64_t out_partial_stride,
+                            const fa_tensor *lse_partial, int64_t lse_partial_stride,
+                            const fa_tensor *out, const fa_tensor *lse);
+
 /* The dropout mask the forward and backward use for params (dropout_p, dropout_seed,
  * dropout_offset): mask (B, H, Sq, Sk) uint8 gets 1 where the probability at (b, h, i, j) is kept
  * and 0 where it is dropped. For varlen, sequence b's mask is mask[b, h, :Sq_b, :Sk_b].
@@ -396,9 +420,9 @@ FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask)
  * tensors returns FA_ERR_DEVICE and fa_last_error_message() says why.
  *
  * On CUDA tensors: fa_forward, fa_varlen_forward, fa_backward, fa_varlen_backward,
- * fa_forward_kvcache and fa_dropout_mask run on the GPU (the backward deterministic, as on the
- * CPU). fa_forward_kvcache's int32 indices may stay on the host; device ones are copied back to
- * be checked, which waits for the stream.
+ * fa_forward_kvcache, fa_combine and fa_dropout_mask run on the GPU (the backward
+ * deterministic, as on the CPU). fa_forward_kvcache's int32 indices may stay on the host;
+ * device ones are copied back to be checked, which waits for the stream.
  *
  * The helpers below give C programs device memory without linking the CUDA toolkit (the tests
  * and `flashattn verify` use them). Each loads the plug-in as above.

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * convert.h — fp16 and bf16 to and from fp32, round to nearest even, NaN and infinity kept.
+ * convert.h — fp16 and bf16 to and from fp32, round to nearest even, NaN and infinity kept, and
+ * elements of fp32/fp16/bf16 arrays read and written as fp32.
  * Portable C, also compiled as CUDA device code (FA_HD); the SIMD kernels convert in their
  * packs instead.
  */
 #ifndef FA_CONVERT_H
 #define FA_CONVERT_H
 
+#include "flashattn.h"
 #include "hd.h"
 
 #include <stdint.h>
@@ -61,6 +63,23 @@ FA_HD uint16_t fa__f32_to_f16(float f) {
     /* normal: rebias the exponent and round the 13 dropped mantissa bits to nearest even */
     uint32_t m = a + 0xc8000fffu + ((a >> 13) & 1u); /* -112 << 23 folded in, plus rounding */
     return (uint16_t)(sign | (uint16_t)(m >> 13));
+}
+
+/* Element idx of an fp32, fp16 or bf16 array, as fp32. */
+FA_HD float fa__row_load(const void *data, int32_t dtype, int64_t idx) {
+    if (dtype == FA_DTYPE_F32) return ((const float *)data)[idx];
+    const uint16_t x = ((const uint16_t *)data)[idx];
+    return dtype == FA_DTYPE_F16 ? fa__f16_to_f32(x) : fa__bf16_to_f32(x);
+}
+
+/* x into element idx of an fp32, fp16 or bf16 array (round to nearest even). */
+FA_HD void fa__row_store(void *data, int32_t dtype, int64_t idx, float x) {
+    if (dtype == FA_DTYPE_F32)
+        ((float *)data)[idx] = x;
+    else if (dtype == FA_DTYPE_F16)
+        ((uint16_t *)data)[idx] = fa__f32_to_f16(x);
+    else
+        ((uint16_t *)data)[idx] = fa__f32_to_bf16(x);
 }
 
 #endif /* FA_CONVERT_H */

@@ -19,12 +19,13 @@
 #ifndef FA_PLUGIN_ABI_H
 #define FA_PLUGIN_ABI_H
 
+#include "combine.h"
 #include "problem.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 3u /* 2: backward, 3: KV cache */
+#define FA__PLUGIN_ABI_VERSION 3u /* 2: backward, 3: KV cache and combine */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"
@@ -86,6 +87,10 @@ typedef struct fa__plugin_api {
      * with causal/window, softcap, ALiBi and GQA; no dropout. Errors as forward. */
     int (*kvcache)(const fa__problem *p, const fa__kvcache_job *job, int device, void *stream,
                    char *msg, size_t cap);
+
+    /* fa_combine: out (and lse when not NULL) of c's rows, as combine.h defines them (its
+     * pointers on `device`). Errors as forward. */
+    int (*combine)(const fa__combine *c, int device, void *stream, char *msg, size_t cap);
 } fa__plugin_api;
 
 /* The plug-in's one exported function: its table if it speaks abi_version, else NULL. */

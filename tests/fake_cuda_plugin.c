@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fake_cuda_plugin.c — a stand-in for libflashattn_cuda.so for machines without a GPU: one
- * "CUDA device" whose memory is host memory, and a forward and backward that are libflashattn's
- * own CPU ones through the public API. ctest runs test_cuda against it (test_cuda_fake), so the
+ * "CUDA device" whose memory is host memory, and a forward, backward and combine that are
+ * libflashattn's own CPU ones through the public API. ctest runs test_cuda against it (test_cuda_fake), so the
  * core's whole CUDA path — loading and handshake, validation of CUDA tensors, device_index,
  * cu_seqlens copied back from the device, dropout_mask routing, the stream argument — and
  * test_cuda's own checks run in CI. It says nothing about the real kernels (tests/test_cuda.c
@@ -180,9 +180,27 @@ static int kvcache(const fa__problem *p, const fa__kvcache_job *job, int device,
     return FA_ERR_UNSUPPORTED;
 }
 
+static int combine(const fa__combine *c, int device, void *stream, char *msg, size_t cap) {
+    (void)stream;
+    if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    const int64_t ps[4] = {c->B, c->S, c->H, c->D};
+    fa_tensor op = fa_tensor_contiguous((void *)c->op, FA_DTYPE_F32, 4, ps);
+    fa_tensor lp = fa_tensor_contiguous((void *)c->lp, FA_DTYPE_F32, 3, ps);
+    fa_tensor out = fa_tensor_contiguous(c->out.data, (fa_dtype)c->out.dtype, 4, ps);
+    fa_tensor lse = fa_tensor_contiguous(c->lse, FA_DTYPE_F32, 3, ps);
+    for (int i = 0; i < 4; i++) op.stride[i] = c->op_s[i + 1];
+    for (int i = 0; i < 3; i++) lp.stride[i] = c->lp_s[i + 1], lse.stride[i] = c->lse_s[i];
+    out.stride[0] = c->out.sb, out.stride[1] = c->out.ss, out.stride[2] = c->out.sh;
+    out.stride[3] = c->out.sd;
+    return status(fa_combine(NULL, NULL, c->n, &op, c->op_s[0], &lp, c->lp_s[0], &out,
+                             c->lse ? &lse : NULL),
+                  msg, cap);
+}
+
 static const fa__plugin_api api = {
     FA__PLUGIN_ABI_VERSION, (uint32_t)sizeof(fa__problem), "fake plug-in for tests (host memory)",
-    device_count, device_describe, alloc, release, copy, forward, dropout_mask, backward, kvcache};
+    device_count, device_describe, alloc,   release,      copy,     forward,
+    dropout_mask, backward,        kvcache, combine};
 
 __attribute__((visibility("default"))) const fa__plugin_api *fa_cuda_plugin_entry(uint32_t abi) {
     return abi == FA__PLUGIN_ABI_VERSION ? &api : NULL;
