@@ -7,8 +7,9 @@ The package is pure Python over libflashattn (ctypes): nothing is compiled again
 PyTorch, so one wheel serves every CPython >= 3.9 and every torch version. `python -m flashattn`
 checks the installation against an fp64 reference.
 
-PyTorch tensors may be on the CPU or on a CUDA device (forward through the library's CUDA
-plug-in, on torch's current stream; `flashattn.cuda_available()` says whether it can run there).
+PyTorch tensors may be on the CPU or on a CUDA device (forward, backward and KV cache through the
+library's CUDA plug-in, on torch's current stream; `flashattn.cuda_available()` says whether it
+can run there).
 """
 
 import sys as _sys
@@ -25,6 +26,7 @@ from ._lib import (
 )
 from ._lib import version as library_version
 from .flash_attn_interface import (
+    flash_attn_combine,
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
@@ -44,6 +46,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_with_kvcache",
+    "flash_attn_combine",
     "FlashAttnError",
     "FlashAttnValueError",
     "FlashAttnTypeError",

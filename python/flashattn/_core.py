@@ -563,6 +563,41 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     return out, lse
 
 
+def _stride0(x):
+    """The element stride of x's first dimension (numpy.ndarray or torch.Tensor)."""
+    return x.stride(0) if callable(getattr(x, "stride", None)) else x.strides[0] // x.itemsize
+
+
+def flash_attn_combine(bk, out_partial, lse_partial, out=None):
+    """→ (out, softmax_lse) through fa_combine: flash-attn 3's flash_attn_combine. out_partial
+    (num_splits, batch, seqlen, nheads, headdim) and lse_partial (num_splits, batch, seqlen,
+    nheads), both fp32; out (batch, seqlen, nheads, headdim), fp32 when not given (the caller
+    makes one of another dtype); softmax_lse (batch, seqlen, nheads), a view of (batch, nheads,
+    seqlen) storage as flash-attn 3 returns it."""
+    _rank_check(out_partial, "out_partial", (5,),
+                "(num_splits, batch_size, seqlen, nheads, headdim)")
+    _rank_check(lse_partial, "lse_partial", (4,), "(num_splits, batch_size, seqlen, nheads)")
+    n, B, S, H, D = out_partial.shape
+    if n < 1:
+        raise FlashAttnValueError("out_partial: num_splits (shape[0]) is 0; expected >= 1 "
+                                  "partial result")
+    if tuple(lse_partial.shape) != (n, B, S, H):
+        raise FlashAttnValueError(f"lse_partial: shape {tuple(lse_partial.shape)}; expected "
+                                  f"{(n, B, S, H)} (num_splits, batch_size, seqlen, nheads)")
+    if out is None:
+        out = bk.empty((B, S, H, D), like=out_partial, dtype="f32")
+    lse = bk.empty((B, H, S), like=out_partial, dtype="f32")
+    lse = lse.transpose(0, 2, 1) if bk.name == "numpy" else lse.transpose(1, 2)
+    (op, lp), keep = _views(bk, [("out_partial", out_partial[0]),
+                                 ("lse_partial", lse_partial[0])])
+    (to, tl), keep2 = _views(bk, [("out", out), ("softmax_lse", lse)], output=True)
+    p = _params(bk, 0.0, 1.0, False, -1, -1, 0.0, None, 0, 0, keep,
+                [("out_partial", op), ("lse_partial", lp), ("out", to), ("softmax_lse", tl)])
+    _lib.combine(p, n, op, _stride0(out_partial), lp, _stride0(lse_partial), to, tl,
+                 work=n * B * S * H * D, keep=(keep, keep2))
+    return out, lse
+
+
 def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           dropout_p, softmax_scale, causal, window_size_left, window_size_right,
                           softcap, alibi_slopes, return_softmax, block_table):

@@ -214,6 +214,8 @@ def _declare(cdll):
     optional = {  # newer entry points: absent in an older library, which is still usable
         "fa_kvcache_init": (None, [c.c_void_p]),
         "fa_forward_kvcache": (c.c_int, [c.c_void_p, c.c_void_p, T, c.c_void_p, T, T]),
+        "fa_combine": (c.c_int, [c.c_void_p, c.c_void_p, c.c_int64, T, c.c_int64, T, c.c_int64,
+                                 T, T]),
         "fa_device_count": (c.c_int, [c.c_int, P(c.c_int32)]),
         "fa_device_alloc": (c.c_int, [c.c_int, c.c_int32, c.c_size_t, P(c.c_void_p)]),
         "fa_device_free": (c.c_int, [c.c_int, c.c_int32, c.c_void_p]),
@@ -501,6 +503,15 @@ def cuda_available():
                        f"CUDA tensors need a newer libflashattn")
     info = L.fa_build_info().decode()
     return True, f"{n} CUDA device{'s' if n != 1 else ''} ({info})"
+
+
+def combine(p, n, out_partial, out_stride, lse_partial, lse_stride, out, lse, work=0, keep=None):
+    if not hasattr(lib(), "fa_combine"):
+        raise FlashAttnRuntimeError(f"the loaded library ({_lib_path}) has no fa_combine; "
+                                    f"flash_attn_combine needs a newer libflashattn")
+    _call(lib().fa_combine, (None, p, int(n), _ref(out_partial), int(out_stride),
+                             _ref(lse_partial), int(lse_stride), _ref(out), _ref(lse)),
+          "fa_combine", p, work, keep)
 
 
 def forward_kvcache(p, q, kv, out, lse, work=0, keep=None):

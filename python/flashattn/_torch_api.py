@@ -350,6 +350,23 @@ def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
 
 
+def _combine(out_partial: torch.Tensor, lse_partial: torch.Tensor,
+             out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+    n, B, S, H, D = out_partial.shape
+    out = None
+    if out_dtype is not None:
+        out = torch.empty((B, S, H, D), dtype=out_dtype, device=out_partial.device)
+    out, lse = _core.flash_attn_combine(_TB, out_partial, lse_partial, out)
+    return out, lse.transpose(1, 2)  # the (B, H, S) storage; the wrapper gives (B, S, H)
+
+
+def _combine_fake(out_partial, lse_partial, out_dtype):
+    n, B, S, H, D = out_partial.shape
+    dt = torch.float32 if out_dtype is None else out_dtype
+    return (out_partial.new_empty((B, S, H, D), dtype=dt),
+            out_partial.new_empty((B, H, S), dtype=torch.float32))
+
+
 def _register(name, fn, fake, mutates_args=()):
     if not HAS_CUSTOM_OP:
         return fn
@@ -365,6 +382,7 @@ _varlen_backward_op = _register("_flash_attn_varlen_backward", _varlen_bwd, _var
                                 ("dq", "dk", "dv"))
 _kvcache_op = _register("_flash_attn_with_kvcache", _kvcache, _kvcache_fake,
                         ("k_cache", "v_cache"))
+_combine_op = _register("_flash_attn_combine", _combine, _combine_fake)
 _bwd_grads_op = _register("_flash_attn_backward_grads", _bwd_grads, _bwd_grads_fake)
 _varlen_bwd_grads_op = _register("_flash_attn_varlen_backward_grads", _varlen_bwd_grads,
                                  _varlen_bwd_grads_fake)
@@ -476,6 +494,18 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 # ----------------------------------------------------------------------------------------------
 # Autograd
 # ----------------------------------------------------------------------------------------------
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """flash_attn_interface.flash_attn_combine on torch tensors: the custom op (traceable by
+    torch.compile), or with out given a direct call writing it."""
+    _core._rank_check(out_partial, "out_partial", (5,),
+                      "(num_splits, batch_size, seqlen, nheads, headdim)")
+    if out is not None:
+        res, lse = _core.flash_attn_combine(_TB, out_partial, lse_partial, out)
+        return res, lse
+    res, lse = _combine_op(out_partial, lse_partial, out_dtype)
+    return res, lse.transpose(1, 2)
+
 
 def _outputs(ctx, out, lse, S, return_softmax):
     if not return_softmax:

@@ -35,6 +35,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_with_kvcache",
+    "flash_attn_combine",
 ]
 
 _torch_mod = None
@@ -304,6 +305,33 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
         return_attn_probs, block_table)
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """Merges partial attentions of the same queries over different parts of the keys (ring
+    attention's steps, split-KV's splits) into the attention over all of them: flash-attn 3's
+    flash_attn_combine (its argument layout; no backward).
+
+    Arguments:
+        out_partial: (num_splits, batch_size, seqlen, nheads, headdim) float32, each part's
+            output.
+        lse_partial: (num_splits, batch_size, seqlen, nheads) float32, each part's softmax_lse
+            (-inf: the part saw no key; its out_partial is then never read).
+        out: optional (batch_size, seqlen, nheads, headdim) output to write; else a new one of
+            out_dtype (None: float32; float16 and bfloat16 too).
+    Return:
+        (out, softmax_lse): softmax_lse (batch_size, seqlen, nheads) float32. Parts are summed
+        in order in fp32: w_i = exp(lse_i - max lse), out = sum w_i out_i / sum w_i; a row whose
+        parts all have lse = -inf gets out = 0 and lse = -inf; a NaN lse makes the row NaN.
+    """
+    if _is_numpy(out_partial):
+        _core._rank_check(out_partial, "out_partial", (5,),
+                          "(num_splits, batch_size, seqlen, nheads, headdim)")
+        if out is None and out_dtype is not None:
+            out = np.empty(out_partial.shape[1:], dtype=out_dtype)
+        return _core.flash_attn_combine(_NP, out_partial, lse_partial, out)
+    return _torch_for(out_partial, "out_partial").flash_attn_combine(out_partial, lse_partial,
+                                                                       out, out_dtype)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,

@@ -13,7 +13,7 @@ on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, t
 against the CPU backend's gradients and bitwise deterministic, and the KV cache
 (flash_attn_with_kvcache in place, contiguous and paged with pages of 1..256, rotary, leftpad,
 cache_batch_idx, a 64-step decode loop, splits bitwise identical, varlen with block_table,
-torch.compile) against the CPU on the same inputs.
+torch.compile) against the CPU on the same inputs, and flash_attn_combine.
 """
 
 import ctypes
@@ -767,6 +767,26 @@ def test_kvcache_under_torch_compile():
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(q, kc2, vc2, k, v, lens)
     assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
     assert torch.allclose(eager, compiled, rtol=2e-3, atol=2e-3)
+
+
+@needs_gpu
+def test_combine_on_cuda_matches_cpu():
+    """flash_attn_combine on CUDA tensors (flash-attn 3's layout) = on the CPU, a masked part
+    (lse -inf, NaN outputs) and a fully masked row included; on torch's current stream."""
+    g = torch.Generator().manual_seed(13)
+    op = torch.randn(5, 2, 33, 4, 128, generator=g)
+    lp = 3 * torch.randn(5, 2, 33, 4, generator=g)
+    lp[0, 0, 0, 1], op[0, 0, 0, 1] = float("-inf"), float("nan")
+    lp[:, 1, 2, 3] = float("-inf")
+    for dt in (None, torch.bfloat16):
+        oc, lc = flashattn.flash_attn_combine(op, lp, out_dtype=dt)
+        og, lg = flashattn.flash_attn_combine(op.cuda(), lp.cuda(), out_dtype=dt)
+        assert og.device.type == "cuda" and og.dtype == oc.dtype and lg.shape == (2, 33, 4)
+        torch.cuda.synchronize()
+        _assert_close(og, oc, "float32" if dt is None else "bfloat16", "combine out")
+        assert torch.equal(torch.isinf(lg.cpu()), torch.isinf(lc))
+        fin = torch.isfinite(lc)
+        assert (lg.cpu()[fin] - lc[fin]).abs().max() <= 1e-5 * max(1.0, lc[fin].abs().max())
 
 
 @needs_gpu
