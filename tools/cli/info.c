@@ -72,7 +72,8 @@ int cmd_info(int argc, char **argv) {
     else if (ncuda == 0)
         printf("              cuda: the plug-in loaded, but no CUDA device is visible\n");
     else
-        printf("              cuda: available, %d device%s (forward; see the build line)\n",
+        printf("              cuda: available, %d device%s (forward, backward, KV cache, combine; "
+               "see the build line)\n",
                (int)ncuda, ncuda == 1 ? "" : "s");
     const size_t nvars = sizeof k_env_vars / sizeof k_env_vars[0];
     int nset = 0;
