@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: MIT
-"""The KV-cache generation example runs and checks itself (every step against full attention)."""
+"""The examples run and check themselves: KV-cache generation (every step against full
+attention) and context parallelism on two gloo ranks (against one process)."""
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "generate.py"
 
@@ -13,3 +16,14 @@ def test_generate_example_fp32_and_fp16():
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "every step matched NumPy fp64 attention" in r.stdout
+
+
+def test_context_parallel_example_on_two_ranks():
+    """examples/context_parallel.py under torchrun: 2 gloo ranks match one process."""
+    pytest.importorskip("torch.distributed")
+    example = EXAMPLE.parent / "context_parallel.py"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                        str(example), "--seqlen", "512"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 ranks, 512 tokens (zigzag split)" in r.stdout and "-> OK" in r.stdout

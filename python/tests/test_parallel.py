@@ -1,0 +1,145 @@
+"""flashattn.parallel on gloo over loopback: world sizes 2, 3 and 4, each rank's output and
+gradients against one process running flash_attn_func on the whole sequence (fp32: 1e-5
+relative; bf16: within twice whole-sequence bf16's error against fp32), causal and not,
+a causal window, GQA, softcap, ALiBi, the contiguous and zigzag splits; split_sequence and
+gather_sequence round trips; and a rank with another shape failing every rank with one clear
+message within the timeout (never a hang)."""
+
+import datetime
+import json
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+import torch.multiprocessing as mp  # noqa: E402
+
+import flashattn  # noqa: E402
+
+# name: (causal, window_size, split, softcap, alibi, H, Hk)
+CASES = {
+    "causal": (True, (-1, -1), "contiguous", 0.0, False, 4, 2),
+    "causal_zigzag": (True, (-1, -1), "zigzag", 0.0, True, 4, 4),
+    "full": (False, (-1, -1), "contiguous", 3.0, False, 4, 1),
+    "causal_window": (True, (5, 0), "zigzag", 0.0, False, 2, 2),
+}
+TIMEOUT_S = 60
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _inputs(world, dtype, H, Hk):
+    g = torch.Generator().manual_seed(1000 + world)
+    B, S, D = 2, 8 * world, 16  # 8 tokens a rank: zigzag chunks of 4
+    q = torch.randn(B, S, H, D, generator=g).to(dtype)
+    k, v = (torch.randn(B, S, Hk, D, generator=g).to(dtype) for _ in range(2))
+    dout = torch.randn(B, S, H, D, generator=g).to(dtype)
+    slopes = torch.rand(H, generator=g) * 0.3
+    return q, k, v, dout, slopes
+
+
+def _whole(q, k, v, dout, slopes, case):
+    causal, window, split, softcap, alibi, H, Hk = CASES[case]
+    x = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = flashattn.flash_attn_func(*x, causal=causal, window_size=window, softcap=softcap,
+                                    alibi_slopes=slopes if alibi else None)
+    out.backward(dout)
+    return [out.detach()] + [t.grad for t in x]
+
+
+def _rel(a, b):
+    return float((a.float() - b.float()).abs().max() / max(1.0, b.float().abs().max()))
+
+
+def _worker(rank, world, port, outdir, dtype_name, mismatch):
+    from flashattn import parallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    res = {}
+    try:
+        dtype = getattr(torch, dtype_name)
+        for case, (causal, window, split, softcap, alibi, H, Hk) in CASES.items():
+            q, k, v, dout, slopes = _inputs(world, dtype, H, Hk)
+            mine = [parallel.split_sequence(t, rank, world, split) for t in (q, k, v, dout)]
+            if mismatch and rank == 1:
+                mine = [t[:, :-1] for t in mine]
+            x = [t.clone().requires_grad_(True) for t in mine[:3]]
+            try:
+                out = parallel.all_gather_attention(*x, causal=causal, window_size=window,
+                                                    softcap=softcap, split=split,
+                                                    alibi_slopes=slopes if alibi else None)
+            except Exception as e:  # the mismatch case: every rank must get here
+                res[case] = {"error": f"{type(e).__name__}: {e}"}
+                break
+            out.backward(mine[3])
+            got = [out.detach()] + [t.grad for t in x]
+            whole = [parallel.split_sequence(t, rank, world, split)
+                     for t in _whole(q, k, v, dout, slopes, case)]
+            errs = [_rel(a, b) for a, b in zip(got, whole)]
+            if dtype != torch.float32:  # both against fp32 on the same (rounded) inputs
+                ref = [parallel.split_sequence(t, rank, world, split)
+                       for t in _whole(*(t.float() for t in (q, k, v, dout)), slopes, case)]
+                res[case] = {"split": [_rel(a, b) for a, b in zip(got, ref)],
+                             "whole": [_rel(a, b) for a, b in zip(whole, ref)]}
+                continue
+            back = parallel.gather_sequence(mine[0], split=split)
+            res[case] = {"errs": errs, "roundtrip": bool(torch.equal(back, q))}
+    finally:
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(res, f)
+        dist.destroy_process_group()
+
+
+def _run(world, tmp_path, dtype="float32", mismatch=False):
+    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path), dtype, mismatch),
+                       nprocs=world, join=True, start_method="spawn")
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_matches_one_process(world, tmp_path):
+    for rank, res in enumerate(_run(world, tmp_path)):
+        for case in CASES:
+            r = res[case]
+            assert r["roundtrip"], f"rank {rank} {case}: gather_sequence(split_sequence(x)) != x"
+            for name, e in zip(("out", "dq", "dk", "dv"), r["errs"]):
+                assert e <= 1e-5, f"world {world} rank {rank} {case} {name}: rel err {e:.2e}"
+
+
+def test_bf16(tmp_path):
+    """bf16, flash-attn's rule: each rank's output and gradients no farther from the fp32
+    result than twice bf16 flash_attn_func over the whole sequence is (plus one bf16 ulp: dK and
+    dV of a rank's keys are summed over the ranks in bf16)."""
+    for rank, res in enumerate(_run(2, tmp_path, dtype="bfloat16")):
+        for case in CASES:
+            r = res[case]
+            for name, e, w in zip(("out", "dq", "dk", "dv"), r["split"], r["whole"]):
+                assert e <= 2 * w + 2 ** -8, f"rank {rank} {case} {name}: {e:.2e} vs {w:.2e}"
+
+
+def test_mismatched_rank_fails_everywhere(tmp_path):
+    res = _run(2, tmp_path, mismatch=True)
+    first = next(iter(CASES))
+    for rank in range(2):
+        err = res[rank][first].get("error", "")
+        assert "rank 1" in err and "every rank must pass the same" in err, (rank, err)
+
+
+def test_split_errors():
+    from flashattn import parallel
+
+    x = torch.zeros(1, 10, 2, 4)
+    with pytest.raises(flashattn.FlashAttnError, match="equal zigzag chunks"):
+        parallel.split_sequence(x, 0, 3, "zigzag")
+    with pytest.raises(flashattn.FlashAttnError, match="split"):
+        parallel.split_sequence(x, 0, 2, "ring")
