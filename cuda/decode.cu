@@ -131,6 +131,15 @@ static __device__ __forceinline__ void fa_dec_issue(const fa_dec_params &prm, Sm
     fa_cp_async_commit();
 }
 
+/* o = 0: a chunk's output sums start over. */
+template <int kR, int kE> static __device__ __forceinline__ void fa_dec_zero(float (&o)[kR][kE]) {
+#pragma unroll
+    for (int x = 0; x < kR; ++x)
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+            o[x][e] = 0.0f;
+}
+
 template <int kDt>
 static __global__ void __launch_bounds__(kDecThreads) fa_decode_kernel(const fa_dec_params prm) {
     constexpr int kEs = kDt == FA_DTYPE_F32 ? 4 : 2, kEl = 16 / kEs; /* a column group */
@@ -191,11 +200,7 @@ static __global__ void __launch_bounds__(kDecThreads) fa_decode_kernel(const fa_
 #pragma unroll
     for (int x = 0; x < kDecMaxRows / 4; ++x)
         m[x] = -INFINITY, l[x] = 0.0f;
-#pragma unroll
-    for (int x = 0; x < kRpt; ++x)
-#pragma unroll
-        for (int e = 0; e < kEl; ++e)
-            o[x][e] = 0.0f;
+    fa_dec_zero(o);
 
     for (int64_t t = 0; t < ntiles; ++t) {
         const int par = (int)(t & 1);
@@ -360,11 +365,7 @@ static __global__ void __launch_bounds__(kDecThreads) fa_decode_kernel(const fa_
                 }
                 m[x] = -INFINITY, l[x] = 0.0f;
             }
-#pragma unroll
-            for (int x = 0; x < kRpt; ++x)
-#pragma unroll
-                for (int e = 0; e < kEl; ++e)
-                    o[x][e] = 0.0f;
+            fa_dec_zero(o);
         }
     }
 }
