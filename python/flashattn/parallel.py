@@ -8,11 +8,12 @@ across the ranks of a process group (gloo on CPUs, NCCL on GPUs), forward and ba
     full = parallel.gather_sequence(out)                        # every rank's rows, in order
 
 all_gather_attention gathers K and V once (dist.all_gather; in the backward, dist.all_to_all
-brings each rank the dK/dV of its keys from every rank, summed in rank order) and attends this rank's queries over the keys
-before them with flash_attn_func: Llama 3's context parallelism. The split is "contiguous" (rank
-r holds tokens [r·S, (r+1)·S)) or "zigzag" (the sequence in 2·W chunks, rank r holding chunks r
-and 2·W-1-r, which balances causal work). Shapes, dtypes and the split are checked on every rank
-first (one small all_gather), so a rank that differs fails every rank with the same message.
+brings each rank the dK/dV of its keys from every rank, summed in rank order) and attends this
+rank's queries over the keys before them with flash_attn_func: Llama 3's context parallelism.
+The split is "contiguous" (rank r holds tokens [r·S, (r+1)·S)) or "zigzag" (the sequence in 2·W
+chunks, rank r holding chunks r and 2·W-1-r, which balances causal work). Shapes, dtypes and
+the split are checked on every rank first (one small all_gather), so a rank that differs fails
+every rank with the same message.
 """
 
 import torch
@@ -91,6 +92,12 @@ def _check_same_everywhere(group, q, k, v, split, causal, window_size):
         if t.dim() != 4 or t.dtype not in _DTYPES:
             raise FlashAttnValueError(f"{name}: expected a 4-D (batch, seqlen, nheads, headdim) "
                                       f"tensor of {_DTYPES}; got {tuple(t.shape)} {t.dtype}")
+    if not q.shape[1] == k.shape[1] == v.shape[1]:
+        raise FlashAttnValueError(f"q, k, v: {q.shape[1]}, {k.shape[1]} and {v.shape[1]} tokens; "
+                                  f"a rank's slice of the sequence has the same tokens in each")
+    if split == "zigzag" and q.shape[1] % 2:
+        raise FlashAttnValueError(f"q: {q.shape[1]} tokens; a zigzag slice is two equal chunks "
+                                  f"(split_sequence makes them)")
     desc = list(q.shape) + list(k.shape) + list(v.shape) + [
         _DTYPES.index(q.dtype), SPLITS.index(split), int(bool(causal)), int(window_size[0]),
         int(window_size[1])]

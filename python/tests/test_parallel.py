@@ -143,3 +143,10 @@ def test_split_errors():
         parallel.split_sequence(x, 0, 3, "zigzag")
     with pytest.raises(flashattn.FlashAttnError, match="split"):
         parallel.split_sequence(x, 0, 2, "ring")
+    # checked before any collective (no process group needed)
+    with pytest.raises(flashattn.FlashAttnError, match="same tokens"):
+        parallel.all_gather_attention(x, x[:, :4], x, causal=True)
+    with pytest.raises(flashattn.FlashAttnError, match="two equal chunks"):
+        parallel.all_gather_attention(x[:, :9], x[:, :9], x[:, :9], causal=True, split="zigzag")
+    with pytest.raises(flashattn.FlashAttnError, match="window without causal"):
+        parallel.all_gather_attention(x, x, x, window_size=(2, 2))
