@@ -584,6 +584,10 @@ def flash_attn_combine(bk, out_partial, lse_partial, out=None):
     if tuple(lse_partial.shape) != (n, B, S, H):
         raise FlashAttnValueError(f"lse_partial: shape {tuple(lse_partial.shape)}; expected "
                                   f"{(n, B, S, H)} (num_splits, batch_size, seqlen, nheads)")
+    # the library reads part i at part 0 + i·stride(0): NumPy strides it cannot take (negative,
+    # not a multiple of the item size) would make bk.view copy part 0 alone, so copy it all
+    out_partial, lse_partial = (np.ascontiguousarray(x) if isinstance(x, np.ndarray) and any(
+        s < 0 or s % x.itemsize for s in x.strides) else x for x in (out_partial, lse_partial))
     if out is None:
         out = bk.empty((B, S, H, D), like=out_partial, dtype="f32")
     lse = bk.empty((B, H, S), like=out_partial, dtype="f32")

@@ -68,6 +68,14 @@ def test_numpy_matches_fp64(n, B, S, H, D):
     _check(out, lse, *_ref(op, lp))
 
 
+def test_numpy_reversed_strides():
+    """Negative strides: the partials are copied whole, never part 0 alone."""
+    op, lp = _partials(np.random.default_rng(4), 3, 2, 4, 2, 8)
+    rop, rlp = op[:, :, ::-1], lp[:, :, ::-1]  # each part's rows in reverse order
+    out, lse = flashattn.flash_attn_combine(rop, rlp)
+    _check(out, lse, *_ref(np.ascontiguousarray(rop), np.ascontiguousarray(rlp)))
+
+
 @needs_torch
 @pytest.mark.parametrize("out_dtype", [None, "float16", "bfloat16"])
 def test_torch_matches_fp64(out_dtype):
