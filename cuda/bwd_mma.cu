@@ -183,20 +183,6 @@ template <bool kBf16> static __device__ __forceinline__ bool fa_bwd_nonfinite(co
     return (any & 0x80008000u) != 0;
 }
 
-/* Σ a_d·b_d over the first dch chunks of two rows, in d order. */
-template <bool kBf16> static __device__ float fa_bwd_dot(const char *a, const char *b, int dch) {
-    float s = 0.0f;
-    for (int ch = 0; ch < dch; ++ch) {
-        float ax[8], bx[8];
-        fa_chunk_f32<kBf16>(a + 16 * ch, ax);
-        fa_chunk_f32<kBf16>(b + 16 * ch, bx);
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-            s = fmaf(ax[e], bx[e], s);
-    }
-    return s;
-}
-
 /* x rounded to the dtype, as fp32. */
 template <bool kBf16> static __device__ __forceinline__ float fa_bwd_round(float x) {
     return fa_to_f32<kBf16>(fa_pack2<kBf16>(x, 0.0f) & 0xffffu);
@@ -226,8 +212,8 @@ static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, 
             *acc(d) = 0.0f;
         for (int j = lo; j < hi && lse2 != INFINITY; ++j) {
             float p, ds;
-            fa_bwd_pds(prm, fa_bwd_dot<kBf16>(qi, k + j * prm.k_ss, prm.dch),
-                       fa_bwd_dot<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2, delta,
+            fa_bwd_pds(prm, fa_dot_chunks<kBf16>(qi, k + j * prm.k_ss, prm.dch),
+                       fa_dot_chunks<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2, delta,
                        slope_l2 * fabsf((float)(i + off - j)), true, fa_bwd_drop(prm, bh, i, j), p,
                        ds);
             ds = fa_bwd_round<kBf16>(ds);
@@ -277,8 +263,8 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
                 const char *oi =
                     prm.dout + b * prm.do_sb + (int64_t)(rq + i) * prm.do_ss + h * prm.do_sh;
                 float p, ds;
-                fa_bwd_pds(prm, fa_bwd_dot<kBf16>(qi, k + j * prm.k_ss, prm.dch),
-                           fa_bwd_dot<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2,
+                fa_bwd_pds(prm, fa_dot_chunks<kBf16>(qi, k + j * prm.k_ss, prm.dch),
+                           fa_dot_chunks<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2,
                            prm.delta[row0 + i], slope_l2 * fabsf((float)(i + off - j)), true,
                            fa_bwd_drop(prm, b * prm.H + h, i, j), p, ds);
                 p = fa_bwd_round<kBf16>(p);

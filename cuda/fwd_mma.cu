@@ -225,15 +225,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
         for (int j = lo; j < hi; ++j) {
             const char *kj = k + fa_kv_off<kPaged>(prm, bt, rk, prm.k_sb, prm.k_ss, j);
             const char *vj = v + fa_kv_off<kPaged>(prm, bt, rk, prm.v_sb, prm.v_ss, j);
-            float s = 0.0f;
-            for (int ch = 0; ch < prm.dch; ++ch) {
-                float qx[8], kx[8];
-                fa_chunk_f32<kBf16>(q + 16 * ch, qx);
-                fa_chunk_f32<kBf16>(kj + 16 * ch, kx);
-#pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    s = fmaf(qx[e], kx[e], s);
-            }
+            float s = fa_dot_chunks<kBf16>(q, kj, prm.dch);
             if (prm.softcap_l2 != 0.0f)
                 s = prm.softcap_l2 * (1.0f - __fdividef(2.0f, fa_exp2(s * prm.softcap_in) + 1.0f));
             else

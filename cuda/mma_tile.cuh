@@ -95,6 +95,22 @@ static __device__ __forceinline__ void fa_chunk_f32(const char *src, float (&x)[
     }
 }
 
+/* Σ a_d·b_d over the first dch 16-byte chunks of two fp16/bf16 rows, in d order (the exact
+ * scalar paths of the forward and the backward). */
+template <bool kBf16>
+static __device__ __forceinline__ float fa_dot_chunks(const char *a, const char *b, int dch) {
+    float s = 0.0f;
+    for (int ch = 0; ch < dch; ++ch) {
+        float ax[8], bx[8];
+        fa_chunk_f32<kBf16>(a + 16 * ch, ax);
+        fa_chunk_f32<kBf16>(b + 16 * ch, bx);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            s = fmaf(ax[e], bx[e], s);
+    }
+    return s;
+}
+
 /* fp16/bf16 with unit-stride rows and 16-byte aligned data, rows, heads and batches (a paged
  * cache's pages); KV-cache indirections allowed (fwd_mma.cu reads them). */
 static int fa_mma_cache_view_ok(const fa__view *x, int32_t dtype) {
