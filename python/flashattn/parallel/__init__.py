@@ -1,0 +1,20 @@
+"""Context parallelism over torch.distributed: attention over a sequence whose tokens are split
+across the ranks of a process group (gloo on CPUs, NCCL on GPUs), forward and backward.
+
+    import torch.distributed as dist
+    from flashattn import parallel
+    q, k, v = (parallel.split_sequence(x, dist.get_rank(), dist.get_world_size()) for x in qkv)
+    out = parallel.all_gather_attention(q, k, v, causal=True)   # this rank's rows
+    full = parallel.gather_sequence(out)                        # every rank's rows, in order
+
+all_gather_attention gathers K and V once and attends this rank's queries over them (Llama 3's
+context parallelism). The split is "contiguous" (rank r holds tokens [r·S, (r+1)·S)) or
+"zigzag" (the sequence in 2·W chunks, rank r holding chunks r and 2·W-1-r, which balances
+causal work). Shapes, dtypes and the split are checked on every rank first (one small
+all_gather), so a rank that differs fails every rank with the same message.
+"""
+
+from ._all_gather import all_gather_attention
+from ._split import SPLITS, gather_sequence, split_sequence
+
+__all__ = ["SPLITS", "all_gather_attention", "gather_sequence", "split_sequence"]
