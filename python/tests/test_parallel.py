@@ -21,12 +21,16 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import flashattn  # noqa: E402
 
-# name: (causal, window_size, split, softcap, alibi, H, Hk)
+# name: (method, causal, window_size, split, softcap, alibi, H, Hk)
 CASES = {
-    "causal": (True, (-1, -1), "contiguous", 0.0, False, 4, 2),
-    "causal_zigzag": (True, (-1, -1), "zigzag", 0.0, True, 4, 4),
-    "full": (False, (-1, -1), "contiguous", 3.0, False, 4, 1),
-    "causal_window": (True, (5, 0), "zigzag", 0.0, False, 2, 2),
+    "causal": ("all_gather", True, (-1, -1), "contiguous", 0.0, False, 4, 2),
+    "causal_zigzag": ("all_gather", True, (-1, -1), "zigzag", 0.0, True, 4, 4),
+    "full": ("all_gather", False, (-1, -1), "contiguous", 3.0, False, 4, 1),
+    "causal_window": ("all_gather", True, (5, 0), "zigzag", 0.0, False, 2, 2),
+    "ring_causal": ("ring", True, (-1, -1), "contiguous", 0.0, False, 4, 2),
+    "ring_causal_zigzag": ("ring", True, (-1, -1), "zigzag", 2.5, False, 4, 1),
+    "ring_full": ("ring", False, (-1, -1), "contiguous", 0.0, False, 2, 2),
+    "ring_full_zigzag": ("ring", False, (-1, -1), "zigzag", 3.0, False, 4, 2),
 }
 TIMEOUT_S = 60
 
@@ -48,7 +52,7 @@ def _inputs(world, dtype, H, Hk):
 
 
 def _whole(q, k, v, dout, slopes, case):
-    causal, window, split, softcap, alibi, H, Hk = CASES[case]
+    _, causal, window, split, softcap, alibi, H, Hk = CASES[case]
     x = [t.clone().requires_grad_(True) for t in (q, k, v)]
     out = flashattn.flash_attn_func(*x, causal=causal, window_size=window, softcap=softcap,
                                     alibi_slopes=slopes if alibi else None)
@@ -68,16 +72,16 @@ def _worker(rank, world, port, outdir, dtype_name, mismatch):
     res = {}
     try:
         dtype = getattr(torch, dtype_name)
-        for case, (causal, window, split, softcap, alibi, H, Hk) in CASES.items():
+        for case, (method, causal, window, split, softcap, alibi, H, Hk) in CASES.items():
             q, k, v, dout, slopes = _inputs(world, dtype, H, Hk)
             mine = [parallel.split_sequence(t, rank, world, split) for t in (q, k, v, dout)]
             if mismatch and rank == 1:
                 mine = [t[:, :-1] for t in mine]
             x = [t.clone().requires_grad_(True) for t in mine[:3]]
             try:
-                out = parallel.all_gather_attention(*x, causal=causal, window_size=window,
-                                                    softcap=softcap, split=split,
-                                                    alibi_slopes=slopes if alibi else None)
+                attend = getattr(parallel, method + "_attention")
+                out = attend(*x, causal=causal, window_size=window, softcap=softcap, split=split,
+                             alibi_slopes=slopes if alibi else None)
             except Exception as e:  # the mismatch case: every rank must get here
                 res[case] = {"error": f"{type(e).__name__}: {e}"}
                 break
