@@ -71,6 +71,8 @@ VENV        ?= .venv
 VENV_PY      = $(VENV)/bin/python
 PY_DEPS      = numpy pytest ml_dtypes scikit-build-core
 TORCH_SPEC  ?= torch
+# clients tested against flashattn in the torch tests (pure Python, no compiled code)
+TORCH_CLIENTS ?= ring-flash-attn==0.1.8
 PYTEST_ARGS ?=
 
 .PHONY: venv wheel python-test torch-venv test-torch
@@ -97,7 +99,7 @@ python-test: wheel
 	    $(PYTEST_ARGS)
 
 $(VENV)/.torch-ok: $(VENV)/.deps-ok
-	$(VENV_PY) -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC)
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check $(TORCH_SPEC) $(TORCH_CLIENTS)
 	@touch $@
 
 torch-venv: $(VENV)/.torch-ok
