@@ -19,11 +19,14 @@ def test_generate_example_fp32_and_fp16():
 
 
 def test_context_parallel_example_on_two_ranks():
-    """examples/context_parallel.py under torchrun: 2 gloo ranks match one process."""
+    """examples/context_parallel.py under torchrun: 2 gloo ranks match one process, by ring
+    and by all-gather attention."""
     pytest.importorskip("torch.distributed")
     example = EXAMPLE.parent / "context_parallel.py"
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                         str(example), "--seqlen", "512"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "2 ranks, 512 tokens (zigzag split)" in r.stdout and "-> OK" in r.stdout
+    for method in ("ring", "all_gather"):
+        line = f"{method}_attention, 2 ranks, 512 tokens (zigzag split)"
+        assert line in r.stdout and r.stdout.count("-> OK") == 2, r.stdout

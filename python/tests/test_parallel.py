@@ -1,9 +1,9 @@
-"""flashattn.parallel on gloo over loopback: world sizes 2, 3 and 4, each rank's output and
-gradients against one process running flash_attn_func on the whole sequence (fp32: 1e-5
-relative; bf16: within twice whole-sequence bf16's error against fp32), causal and not,
-a causal window, GQA, softcap, ALiBi, the contiguous and zigzag splits; split_sequence and
-gather_sequence round trips; and a rank with another shape failing every rank with one clear
-message within the timeout (never a hang)."""
+"""flashattn.parallel on gloo over loopback: world sizes 2, 3 and 4, ring and all-gather
+attention, each rank's output and gradients against one process running flash_attn_func on the
+whole sequence (fp32: 1e-5 relative; bf16: within twice whole-sequence bf16's error against
+fp32), causal and not, a causal window, GQA, softcap, ALiBi, the contiguous and zigzag splits;
+split_sequence and gather_sequence round trips; and arguments wrong or different on one rank
+failing every rank with one clear message within the timeout (never a hang)."""
 
 import datetime
 import json
@@ -64,7 +64,7 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / max(1.0, b.float().abs().max()))
 
 
-def _worker(rank, world, port, outdir, dtype_name, mismatch):
+def _worker(rank, world, port, outdir, dtype_name):
     from flashattn import parallel
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -75,16 +75,10 @@ def _worker(rank, world, port, outdir, dtype_name, mismatch):
         for case, (method, causal, window, split, softcap, alibi, H, Hk) in CASES.items():
             q, k, v, dout, slopes = _inputs(world, dtype, H, Hk)
             mine = [parallel.split_sequence(t, rank, world, split) for t in (q, k, v, dout)]
-            if mismatch and rank == 1:
-                mine = [t[:, :-1] for t in mine]
             x = [t.clone().requires_grad_(True) for t in mine[:3]]
-            try:
-                attend = getattr(parallel, method + "_attention")
-                out = attend(*x, causal=causal, window_size=window, softcap=softcap, split=split,
-                             alibi_slopes=slopes if alibi else None)
-            except Exception as e:  # the mismatch case: every rank must get here
-                res[case] = {"error": f"{type(e).__name__}: {e}"}
-                break
+            attend = getattr(parallel, method + "_attention")
+            out = attend(*x, causal=causal, window_size=window, softcap=softcap, split=split,
+                         alibi_slopes=slopes if alibi else None)
             out.backward(mine[3])
             got = [out.detach()] + [t.grad for t in x]
             whole = [parallel.split_sequence(t, rank, world, split)
@@ -104,8 +98,43 @@ def _worker(rank, world, port, outdir, dtype_name, mismatch):
         dist.destroy_process_group()
 
 
-def _run(world, tmp_path, dtype="float32", mismatch=False):
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path), dtype, mismatch),
+# Arguments wrong on rank 1 only, and what every rank's error must say:
+# (method, {keyword: value} for rank 1, q/k/v token counts on rank 1, dtype on rank 1, message)
+BAD = [
+    ("all_gather", {}, (8, 4, 8), "float32", "rank 1: q, k, v: 8, 4 and 8 tokens"),
+    ("all_gather", {"split": "zigzag"}, (7, 7, 7), "float32", "two equal chunks"),
+    ("all_gather", {"window_size": (2, 2)}, (8, 8, 8), "float32", "window without causal"),
+    ("ring", {"alibi_slopes": torch.ones(2)}, (8, 8, 8), "float32", "ALiBi are not supported"),
+    ("ring", {}, (6, 6, 6), "float32", "rank 1 has q/k/v shapes"),
+    ("ring", {}, (8, 8, 8), "float64", "rank 1: q: expected a 4-D"),
+    ("ring", {"split": "ring"}, (8, 8, 8), "float32", "rank 1: split: 'ring'"),
+]
+
+
+def _bad_worker(rank, world, port, outdir):
+    from flashattn import parallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    errors = []
+    try:
+        for method, kw, tokens, dtype, _ in BAD:
+            if rank != 1:
+                kw, tokens, dtype = {}, (8, 8, 8), "float32"
+            x = [torch.zeros(1, n, 2, 4, dtype=getattr(torch, dtype)) for n in tokens]
+            try:
+                getattr(parallel, method + "_attention")(*x, **kw)
+                errors.append("no error")
+            except Exception as e:  # every rank must get here, in step
+                errors.append(f"{type(e).__name__}: {e}")
+    finally:
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(errors, f)
+        dist.destroy_process_group()
+
+
+def _run(world, tmp_path, dtype="float32"):
+    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path), dtype),
                        nprocs=world, join=True, start_method="spawn")
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world)]
 
@@ -131,12 +160,17 @@ def test_bf16(tmp_path):
                 assert e <= 2 * w + 2 ** -8, f"rank {rank} {case} {name}: {e:.2e} vs {w:.2e}"
 
 
-def test_mismatched_rank_fails_everywhere(tmp_path):
-    res = _run(2, tmp_path, mismatch=True)
-    first = next(iter(CASES))
-    for rank in range(2):
-        err = res[rank][first].get("error", "")
-        assert "rank 1" in err and "every rank must pass the same" in err, (rank, err)
+def test_wrong_rank_fails_everywhere(tmp_path):
+    """Arguments wrong or different on one rank fail every rank with one message naming that
+    rank, and the ranks stay in step for the next call (never a hang)."""
+    mp.start_processes(_bad_worker, args=(3, _free_port(), str(tmp_path)), nprocs=3, join=True,
+                       start_method="spawn")
+    for rank in range(3):
+        errors = json.load(open(tmp_path / f"rank{rank}.json"))
+        assert len(errors) == len(BAD), (rank, errors)
+        for (method, _, _, _, what), err in zip(BAD, errors):
+            assert err.startswith(f"FlashAttnValueError: {method}_attention:") and what in err, (
+                rank, err)
 
 
 def test_split_errors():
@@ -147,10 +181,3 @@ def test_split_errors():
         parallel.split_sequence(x, 0, 3, "zigzag")
     with pytest.raises(flashattn.FlashAttnError, match="split"):
         parallel.split_sequence(x, 0, 2, "ring")
-    # checked before any collective (no process group needed)
-    with pytest.raises(flashattn.FlashAttnError, match="same tokens"):
-        parallel.all_gather_attention(x, x[:, :4], x, causal=True)
-    with pytest.raises(flashattn.FlashAttnError, match="two equal chunks"):
-        parallel.all_gather_attention(x[:, :9], x[:, :9], x[:, :9], causal=True, split="zigzag")
-    with pytest.raises(flashattn.FlashAttnError, match="window without causal"):
-        parallel.all_gather_attention(x, x, x, window_size=(2, 2))

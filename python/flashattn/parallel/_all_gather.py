@@ -6,7 +6,6 @@ in rank order), and this rank's queries attend over the keys before them with fl
 import torch
 import torch.distributed as dist
 
-from .._lib import FlashAttnValueError
 from ..flash_attn_interface import flash_attn_func
 from ._split import _check_same_everywhere, _chunks, _unzigzag
 
@@ -39,11 +38,12 @@ def all_gather_attention(q, k, v, group=None, causal=False, window_size=(-1, -1)
     back to the rank that holds the keys). causal with any left window, or full attention
     (no window); windows without causal are not supported and raise."""
     window_size = tuple(window_size)
+    problem = None
     if not causal and window_size != (-1, -1):
-        raise FlashAttnValueError("all_gather_attention: a window without causal is not "
-                                  "supported (keys after a rank's own block would need another "
-                                  "alignment); use causal=True or no window")
-    _check_same_everywhere("all_gather_attention", group, q, k, v, split, causal, window_size)
+        problem = ("a window without causal is not supported (keys after a rank's own block "
+                   "would need another alignment); use causal=True or no window")
+    _check_same_everywhere("all_gather_attention", group, q, k, v, split, causal, window_size,
+                           problem)
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     K, V = _GatherTokens.apply(k, group), _GatherTokens.apply(v, group)
     if split == "zigzag":  # the gathered slices back into sequence order

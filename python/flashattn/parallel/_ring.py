@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
-from .._lib import FlashAttnValueError
 from .._torch_api import TorchBackend
 from ._split import _check_same_everywhere
 
@@ -158,10 +157,10 @@ def ring_attention(q, k, v, group=None, causal=False, window_size=(-1, -1), soft
     attention, GQA, softcap; deterministic for a fixed world size. Sliding windows and ALiBi
     need each key's distance to the query, which a block passed around the ring does not
     carry: they raise (all_gather_attention has them)."""
+    problem = None
     if tuple(window_size) != (-1, -1) or alibi_slopes is not None:
-        raise FlashAttnValueError("ring_attention: sliding windows and ALiBi are not supported "
-                                  "(a K/V block does not carry its distance to the queries); "
-                                  "use all_gather_attention, which has them")
-    _check_same_everywhere("ring_attention", group, q, k, v, split, causal, (-1, -1))
+        problem = ("sliding windows and ALiBi are not supported (a K/V block does not carry its "
+                   "distance to the queries); use all_gather_attention, which has them")
+    _check_same_everywhere("ring_attention", group, q, k, v, split, causal, window_size, problem)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
     return _RingAttention.apply(q, k, v, group, bool(causal), float(softcap), scale, split)

@@ -60,30 +60,40 @@ def _unzigzag(x, world):
     return torch.cat(order, dim=1)
 
 
-def _check_same_everywhere(api, group, q, k, v, split, causal, window_size):
-    """Every rank's shapes, dtypes and options, gathered once: a rank that differs fails every
-    rank with one message (never a hang in a later collective)."""
+def _local_problem(q, k, v, split):
+    """What is wrong with this rank's own arguments, or None."""
     if split not in SPLITS:
-        raise FlashAttnValueError(f"split: {split!r}; expected one of {SPLITS}")
+        return f"split: {split!r}; expected one of {SPLITS}"
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != 4 or t.dtype not in _DTYPES:
-            raise FlashAttnValueError(f"{name}: expected a 4-D (batch, seqlen, nheads, headdim) "
-                                      f"tensor of {_DTYPES}; got {tuple(t.shape)} {t.dtype}")
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.dtype not in _DTYPES:
+            what = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t)
+            return (f"{name}: expected a 4-D (batch, seqlen, nheads, headdim) tensor of "
+                    f"{_DTYPES}; got {what}")
     if not q.shape[1] == k.shape[1] == v.shape[1]:
-        raise FlashAttnValueError(f"q, k, v: {q.shape[1]}, {k.shape[1]} and {v.shape[1]} tokens; "
-                                  f"a rank's slice of the sequence has the same tokens in each")
+        return (f"q, k, v: {q.shape[1]}, {k.shape[1]} and {v.shape[1]} tokens; a rank's slice of "
+                f"the sequence has the same tokens in each")
     if split == "zigzag" and q.shape[1] % 2:
-        raise FlashAttnValueError(f"q: {q.shape[1]} tokens; a zigzag slice is two equal chunks "
-                                  f"(split_sequence makes them)")
-    desc = list(q.shape) + list(k.shape) + list(v.shape) + [
-        _DTYPES.index(q.dtype), SPLITS.index(split), int(bool(causal)), int(window_size[0]),
-        int(window_size[1])]
-    mine = torch.tensor(desc, dtype=torch.int64, device=q.device)
-    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(every, mine, group=group)
-    for r, d in enumerate(every):
-        if not torch.equal(d, every[0]):
+        return f"q: {q.shape[1]} tokens; a zigzag slice is two equal chunks (split_sequence " \
+               f"makes them)"
+    return None
+
+
+def _check_same_everywhere(api, group, q, k, v, split, causal, window_size, problem=None):
+    """Every rank's arguments checked, then its shapes, dtypes and options gathered in one
+    collective (the first of the call): a rank whose arguments are wrong (`problem`: the
+    caller's own finding, else _local_problem's) or differ from rank 0's fails every rank with
+    the same message, never a hang in a later collective."""
+    problem = problem or _local_problem(q, k, v, split)
+    desc = None if problem else [tuple(q.shape), tuple(k.shape), tuple(v.shape), str(q.dtype),
+                                 split, bool(causal), tuple(int(w) for w in window_size)]
+    every = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, (problem, desc), group=group)
+    for r, (p, _) in enumerate(every):
+        if p:
+            raise FlashAttnValueError(f"{api}: rank {r}: {p}")
+    for r, (_, d) in enumerate(every):
+        if d != every[0][1]:
             raise FlashAttnValueError(
-                f"{api}: rank {r} has q/k/v shapes, dtype or options "
-                f"{d.tolist()} but rank 0 has {every[0].tolist()} (q, k, v shapes, dtype, split, "
-                f"causal, window); every rank must pass the same")
+                f"{api}: rank {r} has q/k/v shapes, dtype or options {d} but rank 0 has "
+                f"{every[0][1]} (q, k, v shapes, dtype, split, causal, window); every rank must "
+                f"pass the same")
