@@ -27,6 +27,9 @@ CASES = {
     "causal_zigzag": ("all_gather", True, (-1, -1), "zigzag", 0.0, True, 4, 4),
     "full": ("all_gather", False, (-1, -1), "contiguous", 3.0, False, 4, 1),
     "causal_window": ("all_gather", True, (5, 0), "zigzag", 0.0, False, 2, 2),
+    "full_alibi": ("all_gather", False, (-1, -1), "contiguous", 0.0, True, 4, 2),
+    "window_alibi": ("all_gather", False, (3, 2), "zigzag", 0.0, True, 2, 1),
+    "window_right": ("all_gather", False, (-1, 5), "contiguous", 1.5, False, 2, 2),
     "ring_causal": ("ring", True, (-1, -1), "contiguous", 0.0, False, 4, 2),
     "ring_causal_zigzag": ("ring", True, (-1, -1), "zigzag", 2.5, False, 4, 1),
     "ring_full": ("ring", False, (-1, -1), "contiguous", 0.0, False, 2, 2),
@@ -103,9 +106,11 @@ def _worker(rank, world, port, outdir, dtype_name):
 BAD = [
     ("all_gather", {}, (8, 4, 8), "float32", "rank 1: q, k, v: 8, 4 and 8 tokens"),
     ("all_gather", {"split": "zigzag"}, (7, 7, 7), "float32", "two equal chunks"),
-    ("all_gather", {"window_size": (2, 2)}, (8, 8, 8), "float32", "window without causal"),
+    ("all_gather", {"window_size": (-2, 2)}, (8, 8, 8), "float32", "rank 1: window_size"),
+    ("all_gather", {"causal": True}, (8, 8, 8), "float32", "rank 1's causal is True but"),
     ("ring", {"alibi_slopes": torch.ones(2)}, (8, 8, 8), "float32", "ALiBi are not supported"),
-    ("ring", {}, (6, 6, 6), "float32", "rank 1 has q/k/v shapes"),
+    ("ring", {"softcap": "x"}, (8, 8, 8), "float32", "rank 1: ValueError"),
+    ("ring", {}, (6, 6, 6), "float32", "rank 1's q shape is (1, 6, 2, 4) but rank 0's is"),
     ("ring", {}, (8, 8, 8), "float64", "rank 1: q: expected a 4-D"),
     ("ring", {"split": "ring"}, (8, 8, 8), "float32", "rank 1: split: 'ring'"),
 ]
@@ -177,6 +182,9 @@ def test_split_errors():
     from flashattn import parallel
 
     x = torch.zeros(1, 10, 2, 4)
+    # without a process group, a problem with the arguments raises at once
+    with pytest.raises(flashattn.FlashAttnError, match="ring_attention: sliding windows"):
+        parallel.ring_attention(x, x, x, window_size=(2, 0))
     with pytest.raises(flashattn.FlashAttnError, match="equal zigzag chunks"):
         parallel.split_sequence(x, 0, 3, "zigzag")
     with pytest.raises(flashattn.FlashAttnError, match="split"):

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from .. import _core
 from .._torch_api import TorchBackend
-from ._split import _check_same_everywhere
+from ._split import _agree, _fixed_fields, _local_problem
 
 _ALL = slice(None)
 
@@ -157,10 +157,12 @@ def ring_attention(q, k, v, group=None, causal=False, window_size=(-1, -1), soft
     attention, GQA, softcap; deterministic for a fixed world size. Sliding windows and ALiBi
     need each key's distance to the query, which a block passed around the ring does not
     carry: they raise (all_gather_attention has them)."""
-    problem = None
-    if tuple(window_size) != (-1, -1) or alibi_slopes is not None:
+    problem = _local_problem(q, k, v, split, window_size)
+    if not problem and (tuple(int(w) for w in window_size) != (-1, -1) or
+                        alibi_slopes is not None):
         problem = ("sliding windows and ALiBi are not supported (a K/V block does not carry its "
                    "distance to the queries); use all_gather_attention, which has them")
-    _check_same_everywhere("ring_attention", group, q, k, v, split, causal, window_size, problem)
+    _agree("ring_attention", group, problem,
+           lambda: _fixed_fields(q, k, v, split, causal, window_size, softcap, softmax_scale))
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else float(softmax_scale)
     return _RingAttention.apply(q, k, v, group, bool(causal), float(softcap), scale, split)

@@ -1,7 +1,8 @@
 """How a sequence is split across the ranks of a process group: "contiguous" (rank r holds tokens
 [r·S, (r+1)·S)) or "zigzag" (the sequence in 2·W chunks, rank r holding chunks r and 2·W-1-r,
 which balances causal work); this rank's slice of a whole sequence and the whole sequence back
-from every rank's slice; and the check that every rank passes the same shapes and options.
+from every rank's slice; and the agreement every call starts with: each rank's arguments
+checked, and the same on every rank.
 """
 
 import torch
@@ -60,8 +61,8 @@ def _unzigzag(x, world):
     return torch.cat(order, dim=1)
 
 
-def _local_problem(q, k, v, split):
-    """What is wrong with this rank's own arguments, or None."""
+def _local_problem(q, k, v, split, window_size):
+    """What is wrong with this rank's own fixed-length arguments, or None."""
     if split not in SPLITS:
         return f"split: {split!r}; expected one of {SPLITS}"
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -75,25 +76,50 @@ def _local_problem(q, k, v, split):
     if split == "zigzag" and q.shape[1] % 2:
         return f"q: {q.shape[1]} tokens; a zigzag slice is two equal chunks (split_sequence " \
                f"makes them)"
+    try:
+        ok = len(window_size) == 2 and min(int(w) for w in window_size) >= -1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        return f"window_size: {window_size!r}; expected two integers >= -1 (-1: unbounded)"
     return None
 
 
-def _check_same_everywhere(api, group, q, k, v, split, causal, window_size, problem=None):
-    """Every rank's arguments checked, then its shapes, dtypes and options gathered in one
-    collective (the first of the call): a rank whose arguments are wrong (`problem`: the
-    caller's own finding, else _local_problem's) or differ from rank 0's fails every rank with
-    the same message, never a hang in a later collective."""
-    problem = problem or _local_problem(q, k, v, split)
-    desc = None if problem else [tuple(q.shape), tuple(k.shape), tuple(v.shape), str(q.dtype),
-                                 split, bool(causal), tuple(int(w) for w in window_size)]
+def _fixed_fields(q, k, v, split, causal, window_size, softcap, softmax_scale):
+    """What every rank must pass alike in a fixed-length call: (name, value) pairs."""
+    return [("q shape", tuple(q.shape)), ("k shape", tuple(k.shape)),
+            ("v shape", tuple(v.shape)), ("dtype", str(q.dtype)), ("split", split),
+            ("causal", bool(causal)), ("window_size", tuple(int(w) for w in window_size)),
+            ("softcap", float(softcap)),
+            ("softmax_scale", None if softmax_scale is None else float(softmax_scale))]
+
+
+def _agree(api, group, problem, fields):
+    """The first collective of every call: each rank's finding about its own arguments
+    (`problem`, None if none) and, if none, its `fields()` ((name, value) pairs; a value of
+    type bytes is a digest, shown as such) gathered by one all_gather_object. A rank whose
+    arguments are wrong or differ from rank 0's fails every rank with the same message, never
+    leaving the others waiting in a later collective. Without an initialized process group a
+    problem raises at once."""
+    if not problem:
+        try:
+            mine = (None, fields())
+        except Exception as e:  # an argument fields() cannot read: a problem like the others
+            problem = f"{type(e).__name__}: {e}"
+    if problem:
+        if not dist.is_initialized():
+            raise FlashAttnValueError(f"{api}: {problem}")
+        mine = (problem, None)
     every = [None] * dist.get_world_size(group)
-    dist.all_gather_object(every, (problem, desc), group=group)
+    dist.all_gather_object(every, mine, group=group)
     for r, (p, _) in enumerate(every):
         if p:
             raise FlashAttnValueError(f"{api}: rank {r}: {p}")
-    for r, (_, d) in enumerate(every):
-        if d != every[0][1]:
-            raise FlashAttnValueError(
-                f"{api}: rank {r} has q/k/v shapes, dtype or options {d} but rank 0 has "
-                f"{every[0][1]} (q, k, v shapes, dtype, split, causal, window); every rank must "
-                f"pass the same")
+    first = dict(every[0][1])
+    for r, (_, theirs) in enumerate(every):
+        for name, value in theirs:
+            if value != first[name]:
+                what = ("differs from rank 0's" if isinstance(value, bytes) else
+                        f"is {value} but rank 0's is {first[name]}")
+                raise FlashAttnValueError(f"{api}: rank {r}'s {name} {what}; every rank must "
+                                          f"pass the same")
