@@ -141,11 +141,13 @@ class _RingAttention(torch.autograd.Function):
             if vis is not None:
                 dkb[:, ks] += dk_b
                 dvb[:, ks] += dv_b
-            (dkb, dvb), d_reqs = ring.shift([dkb, dvb])
+            if ring.world > 1:
+                (dkb, dvb), d_reqs = ring.shift([dkb, dvb])
             if step + 1 < ring.world:
                 _wait(kv_reqs)
                 kb, vb = kn, vn
-        _wait(d_reqs)
+        if ring.world > 1:
+            _wait(d_reqs)
         return dq.to(q.dtype), dkb.to(k.dtype), dvb.to(v.dtype), None, None, None, None, None
 
 
