@@ -50,7 +50,8 @@
  *                              has a new max
  *     O += P V(n)              P from S's registers, ldmatrix.x4.trans for V
  *   out = O / l with 16-byte stores staged through the warp's own Q rows, lse = (m + log2 l) ln 2
- * A row that sees no key (l = 0) gets out = 0 and lse = -inf.
+ * A row that sees no key (l = 0) gets out = 0 and lse = -inf. An fp32 out (a flag of the
+ * parameters, not a kernel of its own) takes O / l unrounded, stored from the registers.
  */
 #include "flashattn.h"
 #include "kernels.h"
@@ -71,6 +72,7 @@ enum { kWarps = 4, kThreads = 32 * kWarps };
 typedef struct fa_mma_params {
     const char *q, *k, *v;
     char *o;
+    int o_f32; /* out is fp32 (else q's dtype) */
     int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, v_sb, v_ss, v_sh, o_sb, o_ss, o_sh;
     float *lse; /* NULL: not requested */
     int64_t lse_sb, lse_sh, lse_ss;
@@ -252,9 +254,13 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
         const bool none = l == 0.0f; // as the key loop's epilogue
         const float inv = __fdividef(1.0f, l);
         char *out = prm.o + b * prm.o_sb + (int64_t)(rq + i) * prm.o_ss + h * prm.o_sh;
-        for (int d = 0; d < D; d += 2)
-            *(uint32_t *)(out + 2 * d) =
-                fa_pack2<kBf16>(none ? 0.0f : *o(d) * inv, none ? 0.0f : *o(d + 1) * inv);
+        for (int d = 0; d < D; d += 2) {
+            const float o0 = none ? 0.0f : *o(d) * inv, o1 = none ? 0.0f : *o(d + 1) * inv;
+            if (prm.o_f32)
+                *(float2 *)(out + 4 * d) = make_float2(o0, o1);
+            else
+                *(uint32_t *)(out + 2 * d) = fa_pack2<kBf16>(o0, o1);
+        }
         if (prm.lse)
             prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
                 none ? -INFINITY : (m + __log2f(l)) * FA_LN2_F;
@@ -584,6 +590,22 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                     none ? -INFINITY : (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F;
         }
     }
+    char *o = prm.o + b * prm.o_sb + ((int64_t)rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
+    if (prm.o_f32) { // each quad's 8 columns of an n8 tile: one 32-byte sector of a row
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = mt * 16 + hf * 8 + g;
+                float *orow = (float *)(o + r * prm.o_ss) + 2 * t; // orow: [kD] from column 2t
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt)
+                    if (i0 + wrow + r < sq && dt < prm.dch)
+                        *(float2 *)(orow + 8 * dt) =
+                            make_float2(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
+            }
+        return;
+    }
     __syncwarp();
     // O tile: [kWarpRows, kD] in this warp's Q rows, same swizzle
 #pragma unroll
@@ -595,7 +617,6 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 *(uint32_t *)(smem + fa_swz<kW>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
                     fa_pack2<kBf16>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
     __syncwarp();
-    char *o = prm.o + b * prm.o_sb + ((int64_t)rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
     constexpr int kChunks = kD / 8;
     static_assert(kWarpRows * kChunks % 32 == 0, "the warp's O chunks in whole passes");
 #pragma unroll
@@ -670,8 +691,12 @@ int fa__mma_supported(const fa__problem *p, int sm) {
         return 0;
     if (p->dropout_p != 0.0f)
         return 0;
-    if (!fa_mma_view_ok(&p->q, dt) || !fa_mma_view_ok(&p->out, dt) ||
-        !fa_mma_cache_view_ok(&p->k, dt) || !fa_mma_cache_view_ok(&p->v, dt))
+    const fa__view *o = &p->out; /* fp32: 8-byte stores of column pairs */
+    const int o_ok = o->dtype == FA_DTYPE_F32 ? o->sd == 1 && o->ss % 2 == 0 && o->sh % 2 == 0 &&
+                                                    o->sb % 2 == 0 && ((uintptr_t)o->data & 7) == 0
+                                              : fa_mma_view_ok(o, dt);
+    if (!fa_mma_view_ok(&p->q, dt) || !o_ok || !fa_mma_cache_view_ok(&p->k, dt) ||
+        !fa_mma_cache_view_ok(&p->v, dt))
         return 0;
     if (!fa_mma_cache_ok(p))
         return 0;
@@ -704,10 +729,12 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.k = (const char *)p->k.data;
     prm.v = (const char *)p->v.data;
     prm.o = (char *)p->out.data;
+    prm.o_f32 = p->out.dtype == FA_DTYPE_F32;
+    const int64_t oes = prm.o_f32 ? 4 : 2; /* out's element size */
     prm.q_sb = 2 * p->q.sb, prm.q_ss = 2 * p->q.ss, prm.q_sh = 2 * p->q.sh;
     prm.k_sb = 2 * p->k.sb, prm.k_ss = 2 * p->k.ss, prm.k_sh = 2 * p->k.sh;
     prm.v_sb = 2 * p->v.sb, prm.v_ss = 2 * p->v.ss, prm.v_sh = 2 * p->v.sh;
-    prm.o_sb = 2 * p->out.sb, prm.o_ss = 2 * p->out.ss, prm.o_sh = 2 * p->out.sh;
+    prm.o_sb = oes * p->out.sb, prm.o_ss = oes * p->out.ss, prm.o_sh = oes * p->out.sh;
     prm.lse = p->lse;
     prm.lse_sb = p->lse_sb, prm.lse_sh = p->lse_sh, prm.lse_ss = p->lse_ss;
     prm.cu_q = cu_q_dev;

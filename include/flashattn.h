@@ -238,9 +238,13 @@ FA_API void fa_params_init(fa_params *params);
  *   q    (B, Sq, H, D)    fp32 | fp16 | bf16
  *   k    (B, Sk, Hk, D)   same dtype as q; Hk divides H (query head h uses KV head h / (H/Hk))
  *   v    (B, Sk, Hk, D)   same dtype and shape as k
- *   out  (B, Sq, H, D)    same dtype as q; written
+ *   out  (B, Sq, H, D)    same dtype as q, or fp32 for fp16/bf16 q; written
  *   lse  (B, H, Sq)       fp32, may be NULL; written with the natural-log logsumexp of each row
  *                         of the scores (after scale, softcap and ALiBi)
+ *
+ * An fp32 out of fp16/bf16 inputs holds the fp32 accumulator's O / l without the rounding to 16
+ * bits: for partial results that fa_combine will merge (ring attention), whose error the rounding
+ * of each part would add to.
  *
  * Dimensions are in this logical order whatever the memory layout: pass a BHSD tensor by
  * permuting its strides. D is 1..256. Any dimension but H, Hk and D may be 0. Sk = 0 or a row
@@ -270,7 +274,7 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_t
  *                 decrease and end at <= total_q / total_k
  *   max_seqlen_q, max_seqlen_k   upper bounds on the sequence lengths (an error if exceeded;
  *                                 any larger value is valid: the work follows cu_seqlens)
- *   out           (total_q, H, D), written
+ *   out           (total_q, H, D), q's dtype or fp32 for fp16/bf16 q (as fa_forward), written
  *   lse           (H, total_q) fp32, may be NULL
  *
  * Causal alignment, windows and ALiBi use each sequence's own lengths. Sequences may be empty.

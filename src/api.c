@@ -37,14 +37,19 @@ static fa__view make_view(const fa_tensor *t, int varlen) {
                       .ss = t->stride[1 + o], .sh = t->stride[2 + o], .sd = t->stride[3 + o]};
 }
 
-/* t must be a view like `ref` (already checked): same rank, dtype and shape. */
+/* t must be a view like `ref` (already checked): same rank, dtype and shape; f32_ok also takes
+ * an f32 t for an f16/bf16 ref (the forward's out). */
 static fa_status check_like(const fa_tensor *t, const char *name, const fa_tensor *ref,
-                            const char *ref_name, const char *dims, int is_output, spans *sp) {
+                            const char *ref_name, const char *dims, int is_output, int f32_ok,
+                            spans *sp) {
     fa_status st = fa__check_view(t, name, ref->ndim, dims, is_output, add_span(sp, is_output));
     if (st != FA_OK) return st;
-    if (t->dtype != ref->dtype)
-        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but %s is %s; they must match", name,
-                         fa__dtype_name(t->dtype), ref_name, fa__dtype_name(ref->dtype));
+    const int half = ref->dtype == FA_DTYPE_F16 || ref->dtype == FA_DTYPE_BF16;
+    if (t->dtype != ref->dtype && !(f32_ok && half && t->dtype == FA_DTYPE_F32))
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but %s is %s; %s", name,
+                         fa__dtype_name(t->dtype), ref_name, fa__dtype_name(ref->dtype),
+                         f32_ok && half ? "expected the same, or f32 for the unrounded result"
+                                        : "they must match");
     for (int i = 0; i < ref->ndim; i++)
         if (t->shape[i] != ref->shape[i])
             return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %s's %lld %s", name, i,
@@ -66,8 +71,8 @@ static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
         return fa__error(FA_ERR_DTYPE, "q: dtype is %s; expected f32, f16 or bf16",
                          fa__dtype_name(q->dtype));
     if (k->dtype != q->dtype)
-        return fa__error(FA_ERR_DTYPE, "k: dtype is %s but q is %s; q, k, v and out must share "
-                         "one dtype", fa__dtype_name(k->dtype), fa__dtype_name(q->dtype));
+        return fa__error(FA_ERR_DTYPE, "k: dtype is %s but q is %s; q, k and v must share one "
+                         "dtype", fa__dtype_name(k->dtype), fa__dtype_name(q->dtype));
     const int hd = nd - 2, dd = nd - 1;
     p->H = q->shape[hd];
     p->Hk = k->shape[hd];
@@ -76,14 +81,15 @@ static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
     if (!c->varlen && k->shape[0] != q->shape[0])
         return fa__error(FA_ERR_SHAPE, "k: batch (shape[0]) is %lld; expected q's %lld",
                          (long long)k->shape[0], (long long)q->shape[0]);
-    if ((st = check_like(c->v, "v", k, "k", kd, 0, sp)) ||
-        (st = check_like(c->out, "out", q, "q", qd, !c->backward, sp)))
+    /* the forward's out may be f32 for f16/bf16 q; the backward's out is q's dtype */
+    if ((st = check_like(c->v, "v", k, "k", kd, 0, 0, sp)) ||
+        (st = check_like(c->out, "out", q, "q", qd, !c->backward, !c->backward, sp)))
         return st;
     if (c->backward &&
-        ((st = check_like(c->dout, "dout", q, "q", qd, 0, sp)) ||
-         (st = check_like(c->dq, "dq", q, "q", qd, 1, sp)) ||
-         (st = check_like(c->dk, "dk", k, "k", kd, 1, sp)) ||
-         (st = check_like(c->dv, "dv", k, "k", kd, 1, sp))))
+        ((st = check_like(c->dout, "dout", q, "q", qd, 0, 0, sp)) ||
+         (st = check_like(c->dq, "dq", q, "q", qd, 1, 0, sp)) ||
+         (st = check_like(c->dk, "dk", k, "k", kd, 1, 0, sp)) ||
+         (st = check_like(c->dv, "dv", k, "k", kd, 1, 0, sp))))
         return st;
     return FA_OK;
 }

@@ -309,9 +309,23 @@ def _seed(bk, dropout_p):
     return (bk.draw_seed(), 0) if dropout_p > 0 else (0, 0)
 
 
+def _out_dtype(bk, q, out_dtype):
+    """The forward's out as bk.empty's dtype argument: None (q's dtype) or "f32". out_dtype (an
+    internal keyword) may be None, q's dtype, or the backend's float32 for fp16/bf16 q: the fp32
+    accumulator's result unrounded, for partial results that flash_attn_combine merges."""
+    if out_dtype is None or out_dtype == q.dtype:
+        return None
+    f32 = bk.empty((0,), like=q, dtype="f32").dtype
+    if out_dtype == f32:  # q is fp16 or bf16 here (an fp32 q equals out_dtype above)
+        return "f32"
+    raise FlashAttnTypeError(f"out_dtype: {out_dtype}; expected None, q's dtype ({q.dtype}) or "
+                             f"{f32} for fp16/bf16 q")
+
+
 def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_size_left,
-                       window_size_right, softcap, alibi_slopes, return_softmax):
-    """→ (out, softmax_lse, S_dmask, rng_state); S_dmask is empty unless return_softmax."""
+                       window_size_right, softcap, alibi_slopes, return_softmax, out_dtype=None):
+    """→ (out, softmax_lse, S_dmask, rng_state); S_dmask is empty unless return_softmax. out is
+    of q's dtype, or fp32 for fp16/bf16 q with out_dtype float32 (see _out_dtype)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     return_softmax = _args.boolean("return_softmax", return_softmax)
@@ -319,7 +333,7 @@ def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_siz
     _rank_check(k, "k", (4,), "(batch, seqlen_k, nheads_k, headdim)")
     _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim)")
     B, Sq, H, D = q.shape
-    out = bk.empty((B, Sq, H, D), like=q)
+    out = bk.empty((B, Sq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((B, H, Sq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
     names = ("q", "k", "v", "out", "softmax_lse")
@@ -340,8 +354,9 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
                               max_seqlen_k, dropout_p, softmax_scale, causal,
                               window_size_left=-1, window_size_right=-1, softcap=0.0,
                               alibi_slopes=None, return_softmax=False, block_table=None,
-                              leftpad_k=None, seqused_k=None):
-    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state)."""
+                              leftpad_k=None, seqused_k=None, out_dtype=None):
+    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state); out_dtype as
+    flash_attn_forward's (not with block_table)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
@@ -351,6 +366,9 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
         raise NotImplementedError("flashattn: leftpad_k and seqused_k (arguments of flash-attn's "
                                   "private varlen forward) are not supported")
     if block_table is not None:
+        if out_dtype is not None and out_dtype != getattr(q, "dtype", out_dtype):
+            raise FlashAttnValueError("out_dtype: a paged KV cache (block_table) writes out in "
+                                      "q's dtype; expected None")
         return _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, dropout_p, softmax_scale, causal,
                                      window_size_left, window_size_right, softcap, alibi_slopes,
@@ -359,7 +377,7 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
     _rank_check(k, "k", (3,), "(total_k, nheads_k, headdim)")
     _rank_check(v, "v", (3,), "(total_k, nheads_k, headdim)")
     Tq, H, D = q.shape
-    out = bk.empty((Tq, H, D), like=q)
+    out = bk.empty((Tq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((H, Tq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
     names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "out", "softmax_lse")

@@ -532,3 +532,54 @@ def test_kvcache_under_torch_compile():
         seqlens += 1
     assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
     assert caches[2][:, :3].abs().sum() > 0 and caches[2][:, 3:].abs().sum() == 0
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fp32_out_of_bf16_forward(varlen):
+    """_core's internal out_dtype=torch.float32 (ring attention's partials): the fp32 out of bf16
+    inputs is closer to the fp64 reference than the bf16 out, and rounds to it within one ulp;
+    lse is the same. Other out dtypes are refused."""
+    from flashattn._torch_api import TorchBackend
+
+    torch.manual_seed(seeded(40))
+    B, Sq, Sk, H, Hk, D = 2, 37, 53, 4, 2, 64
+    q = torch.randn(B, Sq, H, D).to(torch.bfloat16)
+    k = torch.randn(B, Sk, Hk, D).to(torch.bfloat16)
+    v = torch.randn(B, Sk, Hk, D).to(torch.bfloat16)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    args = (0.0, None, True, 20, 0, 3.0, slopes, False)
+    if varlen:
+        cu_q = torch.tensor([0, Sq, 2 * Sq], dtype=torch.int32)
+        cu_k = torch.tensor([0, Sk, 2 * Sk], dtype=torch.int32)
+        qv, kv, vv = q.reshape(-1, H, D), k.reshape(-1, Hk, D), v.reshape(-1, Hk, D)
+
+        def run(**kw):
+            out, lse, _, _ = _core.flash_attn_varlen_forward(TorchBackend, qv, kv, vv, cu_q, cu_k,
+                                                             Sq, Sk, *args[:6], *args[6:], **kw)
+            return out.reshape(B, Sq, H, D), lse
+    else:
+        def run(**kw):
+            out, lse, S, rng = _core.flash_attn_forward(TorchBackend, q, k, v, *args, **kw)
+            assert S.shape == (0,) and rng.shape == (2,)
+            return out, lse
+    o16, l16 = run()
+    o32, l32 = run(out_dtype=torch.float32)
+    assert o16.dtype == torch.bfloat16 and o32.dtype == torch.float32
+    assert torch.equal(l16, l32)
+    ref = attention_ref(q.float().numpy(), k.float().numpy(), v.float().numpy(), causal=True,
+                        window_size=(20, 0), softcap=3.0, alibi_slopes=slopes.numpy())[0]
+    e32 = np.abs(o32.numpy() - ref).max()
+    e16 = np.abs(o16.float().numpy() - ref).max()
+    # the bf16 out's rounding is gone; where the CPU's bf16 products round P to bf16 for P·V
+    # (refbf16, avx512 + avx512_bf16), that error stays, and is the size of the output's rounding
+    import flashattn
+
+    info = flashattn.build_info()
+    p_rounded = "in use: refbf16" in info or "+ avx512_bf16" in info
+    assert e32 < (1.0 if p_rounded else 0.5) * e16, (e32, e16)
+    # within one bf16 ulp of the bf16 out (equal where P·V runs on fp32 probabilities)
+    ulp = torch.finfo(torch.bfloat16).eps * o16.float().abs().clamp_min(2.0 ** -126)
+    assert torch.all((o32.to(torch.bfloat16).float() - o16.float()).abs() <= ulp)
+    assert torch.equal(run(out_dtype=torch.bfloat16)[0], o16)
+    with pytest.raises(TypeError, match="out_dtype"):
+        run(out_dtype=torch.float16)

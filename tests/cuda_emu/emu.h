@@ -53,6 +53,10 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
+struct alignas(8) float2 {
+    float x, y;
+};
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 namespace emu {
 

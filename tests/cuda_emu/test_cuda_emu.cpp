@@ -10,15 +10,20 @@
 //
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
-// is. Suites (arguments; default: basic features edge long nonfinite cache): basic, features,
-// edge, long, quick, nonfinite, cache, and sweep SEED N (N random configurations). Head dims: every
-// kernel (kD = 32, 64, ..., 256) at its own D and at D < kD (zero-padded columns: 8, 40, 80, 112,
-// 200, 248). The kD = 128 configurations (D in 97..128) run twice, with key blocks of 32 and of 64
-// (FA_CUDA_TILE_D128's two tiles); every suite first checks fa__mma_d128_block_n's answers.
+// is. Suites (arguments; default: basic features edge long nonfinite f32out cache): basic,
+// features, edge, long, quick, nonfinite, f32out, cache, and sweep SEED N (N random
+// configurations). Head dims: every kernel (kD = 32, 64, ..., 256) at its own D and at D < kD
+// (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128 configurations (D in 97..128)
+// run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles); every suite first
+// checks fa__mma_d128_block_n's answers.
 //
 // nonfinite plants NaN and infinities in q, k and v and holds both kernels, this one and the
 // stage-1 kernel (cuda/fwd_simple.cu, copied the same way; fp32/fp16/bf16), to the non-finite
 // rule of docs/semantics.md; it ends with a table of kernel x dtype x case.
+//
+// f32out runs both kernels with an fp32 out of fp16/bf16 inputs (the forward's O / l unrounded,
+// for fa_combine): each configuration runs twice, into a 16-bit out and into the fp32 one, and
+// the fp32 out rounded to the dtype must equal the 16-bit out bit for bit.
 //
 // cache runs the kernel over KV caches read in place (contiguous with cache_batch_idx, leftpad,
 // paged with pages of 1 to 256 rows; see run_cache), and checks fa__mma_supported's answers on
@@ -49,6 +54,7 @@ struct Cfg {
     int B = 1, H = 2, Hk = 2, D = 64, Sq = 1, Sk = 1;
     bool bf = false, causal = false, lse = true;
     bool f32 = false;    // fp32 inputs (the stage-1 kernel only)
+    bool out32 = false;  // fp32 out of fp16/bf16 inputs
     bool simple = false; // run the stage-1 kernel (fwd_simple.cu), not the tensor-core one
     int wl = -1, wr = -1;
     float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
@@ -99,7 +105,9 @@ static int run(const Cfg &c) {
     auto alloc = [&](size_t n) { return (char *)aligned_alloc(256, ((n * es + 255) / 256) * 256); };
     char *q = alloc(nq), *k = alloc(nk), *v = alloc(nk);
     const size_t canary = 128;
-    char *obuf = alloc(no + 2 * canary), *o = obuf + canary * es;
+    const size_t eo = c.out32 ? 4 : es; // out's element size
+    char *obuf = (char *)aligned_alloc(256, (((no + 2 * canary) * eo + 255) / 256) * 256);
+    char *o = obuf + canary * eo;
     auto bits = [&](const char *x, size_t i) -> uint32_t {
         if (c.f32) {
             uint32_t u;
@@ -125,6 +133,21 @@ static int run(const Cfg &c) {
         float f;
         memcpy(&f, &u, 4);
         return c.f32 ? (double)f : (double)(c.bf ? emu::bf2f((uint16_t)u) : emu::h2f((uint16_t)u));
+    };
+    /* out's elements: fp32 bits when c.out32, else as the inputs' */
+    auto obits = [&](const char *x, size_t i) -> uint32_t {
+        if (!c.out32)
+            return bits(x, i);
+        uint32_t u;
+        memcpy(&u, x + 4 * i, 4);
+        return u;
+    };
+    auto oget = [&](const char *x, size_t i) -> double {
+        if (!c.out32)
+            return get(x, i);
+        float f;
+        memcpy(&f, x + 4 * i, 4);
+        return f;
     };
     std::uniform_real_distribution<float> U(-1, 1);
     for (size_t i = 0; i < nq; ++i)
@@ -168,8 +191,13 @@ static int run(const Cfg &c) {
         put(x, pl.b * sb + (int64_t)pl.row * ss + pl.h * sh + pl.d, pl.val);
     }
     const uint32_t sentinel = c.f32 ? 0x7fc00001u : c.bf ? 0x7fc1u : 0x7e01u;
+    const uint32_t osentinel = c.out32 ? 0x7fc00001u : sentinel;
     for (size_t i = 0; i < no + 2 * canary; ++i)
-        set_bits(obuf, i, sentinel);
+        if (c.out32)
+            memcpy(obuf + 4 * i, &osentinel, 4);
+        else
+            set_bits(obuf, i, sentinel);
+    std::vector<char> o16(c.out32 ? no * es : 0); // out32: the 16-bit out of the same call
     // lse: [B, H, Sq] or varlen [H, total_q]; canaries around
     const size_t nl = (size_t)c.H * (varlen ? totq : B * c.Sq);
     std::vector<float> lbuf(nl + 64, NAN);
@@ -204,7 +232,8 @@ static int run(const Cfg &c) {
     p.q = fa__view{q, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
     p.k = fa__view{k, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
     p.v = fa__view{v, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
-    p.out = fa__view{o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.out =
+        fa__view{c.out32 ? o16.data() : o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0};
     p.lse = c.lse ? lse : nullptr;
     if (varlen)
         p.lse_sb = 0, p.lse_sh = totq, p.lse_ss = 1;
@@ -213,20 +242,24 @@ static int run(const Cfg &c) {
     p.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D);
     ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     const long err0 = emu::g_errors;
-    if (c.simple) {
-        fa__simple_forward(&p, p.cu_q, p.cu_k, nullptr);
-    } else {
-        if (!fa__mma_supported(&p, 80)) {
-            printf("  not supported by fa__mma_supported\n");
-            return 1;
+    for (int pass = 0; pass < (c.out32 ? 2 : 1); ++pass) { // out32: the 16-bit out, then fp32
+        if (pass == 1)
+            p.out.data = o, p.out.dtype = FA_DTYPE_F32;
+        if (c.simple) {
+            fa__simple_forward(&p, p.cu_q, p.cu_k, nullptr);
+        } else {
+            if (!fa__mma_supported(&p, 80)) {
+                printf("  not supported by fa__mma_supported\n");
+                return 1;
+            }
+            fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
         }
-        fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
     }
 
     /* The reference, in fp64 on the same inputs, under the non-finite rule (ref_attn_row). Where
      * it is not finite, out and lse must be the same (NaN, or the same infinity). */
     double max_err = 0, max_lse_err = 0;
-    long bad_nan = 0, unwritten = 0, n_rows = 0, bad_class = 0;
+    long bad_nan = 0, unwritten = 0, n_rows = 0, bad_class = 0, bad_round = 0;
     long rows_finite = 0, rows_nonfinite = 0; // by what the reference expects of them
     std::vector<char> expect(no, 0);
     std::vector<double> qv(D), ro(D);
@@ -253,12 +286,20 @@ static int run(const Cfg &c) {
                     expect[orow + x] = 1;
                     const double ref = ro[x];
                     row_finite = row_finite && std::isfinite(ref);
-                    if (bits(o, orow + x) == sentinel) {
+                    if (obits(o, orow + x) == osentinel) {
                         if (unwritten++ < 5)
                             printf("  unwritten out: b %d h %d i %d d %d\n", b, h, i, x);
                         continue;
                     }
-                    const double gv = get(o, orow + x);
+                    const double gv = oget(o, orow + x);
+                    if (c.out32) { // rounded to the dtype: the 16-bit out, NaN for NaN
+                        const uint32_t rd = cvt((float)gv), r16 = bits(o16.data(), orow + x);
+                        const bool nans = std::isnan(gv) && std::isnan(get(o16.data(), orow + x));
+                        if (rd != r16 && !nans && bad_round++ < 5)
+                            printf("  fp32 out %.9g rounds to %#x, 16-bit out %#x: b %d h %d i "
+                                   "%d d %d\n",
+                                   gv, rd, r16, b, h, i, x);
+                    }
                     if (!std::isfinite(ref) || !std::isfinite(gv)) {
                         const bool same = std::isnan(ref) ? std::isnan(gv) : gv == ref;
                         if (same)
@@ -303,10 +344,10 @@ static int run(const Cfg &c) {
     }
     long stray = 0, canary_bad = 0;
     for (size_t i = 0; i < no; ++i)
-        if (!expect[i] && bits(o, i) != sentinel)
+        if (!expect[i] && obits(o, i) != osentinel)
             stray++;
     for (size_t i = 0; i < canary; ++i)
-        canary_bad += (bits(obuf, i) != sentinel) + (bits(o, no + i) != sentinel);
+        canary_bad += (obits(obuf, i) != osentinel) + (obits(o, no + i) != osentinel);
     long lse_stray = 0;
     if (c.lse) {
         // positions the kernel may write: rows inside sequences
@@ -329,18 +370,22 @@ static int run(const Cfg &c) {
     const long emu_errs = emu::g_errors - err0;
     /* |v| <= 1, so |out| <= 1: rounding out to the dtype costs at most half an ulp at 1 (u), and
      * P rounded to the dtype for the PV product at most u * sum(p |v|) / l <= u again; 1e-5 for
-     * the fp32 sums. u = 2^-9 (bf16), 2^-12 (fp16), 0 (fp32 out). */
-    const double tol = (c.f32 ? 0.0 : 2.0 * ldexp(1.0, c.bf ? -9 : -12)) + 1e-5;
+     * the fp32 sums. u = 2^-9 (bf16), 2^-12 (fp16), 0 (fp32 inputs). An fp32 out of 16-bit
+     * inputs has no rounding of its own: u for P alone. */
+    const double u = c.f32 ? 0.0 : ldexp(1.0, c.bf ? -9 : -12);
+    const double tol = (c.out32 ? u : 2.0 * u) + 1e-5;
     /* A planted configuration must check both directions: rows the rule makes non-finite and
      * rows that must come out finite. */
     const bool one_sided = !c.plants.empty() && (rows_finite == 0 || rows_nonfinite == 0);
     const bool fail = bad_nan || bad_class || unwritten || stray || canary_bad || lse_stray ||
-                      emu_errs || max_err > tol || max_lse_err > 2e-3 || one_sided;
+                      bad_round || emu_errs || max_err > tol || max_lse_err > 2e-3 || one_sided;
     printf("  rows %ld (non-finite %ld)  max|out-ref| %.3e  max|lse-ref| %.3e  NaN %ld "
            "non-finite mismatch %ld unwritten %ld stray %ld canary %ld lse_stray %ld "
-           "emu_errors %ld%s  => %s\n",
+           "emu_errors %ld%s%s  => %s\n",
            n_rows, rows_nonfinite, max_err, max_lse_err, bad_nan, bad_class, unwritten, stray,
-           canary_bad, lse_stray, emu_errs, one_sided ? " ONE-SIDED" : "", fail ? "FAIL" : "ok");
+           canary_bad, lse_stray, emu_errs, one_sided ? " ONE-SIDED" : "",
+           c.out32 ? (" fp32 out, rounding mismatches " + std::to_string(bad_round)).c_str() : "",
+           fail ? "FAIL" : "ok");
     free(q), free(k), free(v), free(obuf);
     return fail;
 }
@@ -355,12 +400,12 @@ static std::string describe(const Cfg &c) {
     }
     snprintf(buf, sizeof buf,
              "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g lse=%d "
-             "pad=%d mag=%g scale=%g%s%s",
+             "pad=%d mag=%g scale=%g%s%s%s",
              c.f32  ? "fp32"
              : c.bf ? "bf16"
                     : "fp16",
              c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr, c.softcap, c.alibi, c.lse,
-             c.pad, c.mag, c.scale, vl.c_str(),
+             c.pad, c.mag, c.scale, vl.c_str(), c.out32 ? " out=fp32" : "",
              c.simple                ? " stage-1"
              : fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32")
                                      : "");
@@ -478,6 +523,50 @@ static void add_nonfinite(std::vector<Cfg> &cfgs) {
                      {'k', 0, 100, 1, 3, nan, false},
                      {'v', 0, 120, 0, 0, inf, false}});
             }
+}
+
+/* The f32out suite: fp32 out of fp16/bf16 inputs on the tensor-core kernel (every kD from 32 to
+ * 256 but 160 and 192, D = 80 and 200 padded to 96 and 224: only the columns below D stored)
+ * under GQA with causal, varlen, a sliding window, softcap, ALiBi, padded strides, rows that
+ * see no key, Sk = 0 and a V with an infinity at a band's edge (the exact row path), and on the
+ * stage-1 kernel. */
+static void add_f32out(std::vector<Cfg> &cfgs) {
+    for (int D : {32, 64, 80, 128, 200, 256})
+        for (int bf : {0, 1}) {
+            Cfg c0;
+            c0.D = D, c0.bf = bf, c0.out32 = true;
+            Cfg c = c0;
+            c.Sq = 150, c.Sk = 170, c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
+            cfgs.push_back(c);
+            c = c0;
+            c.lq = {5, 0, 130, 64}, c.lk = {9, 4, 129, 0}, c.causal = true, c.Hk = 1; // varlen
+            cfgs.push_back(c);
+            c = c0;
+            c.Sq = 140, c.Sk = 160, c.wl = 40, c.wr = 17, c.softcap = 5, c.mag = 2, c.pad = 8;
+            cfgs.push_back(c);
+            c = c0;
+            c.Sq = 140, c.Sk = 160, c.alibi = 0.3f, c.causal = true, c.lse = false;
+            cfgs.push_back(c);
+            c = c0;
+            c.Sq = 300, c.Sk = 40, c.causal = true; // rows that see no key
+            cfgs.push_back(c);
+            c = c0;
+            c.Sq = 5, c.Sk = 0;
+            cfgs.push_back(c);
+            c = c0;
+            c.Sq = c.Sk = 130, c.causal = true;
+            c.plants = {{'v', 0, 90, 0, 2, INFINITY, false}}; // rows >= 90 see it
+            cfgs.push_back(c);
+        }
+    for (int D : {8, 64, 128})
+        for (int bf : {0, 1}) {
+            Cfg c;
+            c.D = D, c.bf = bf, c.out32 = true, c.simple = true;
+            c.Sq = 70, c.Sk = 90, c.H = 4, c.Hk = 2, c.causal = true, c.alibi = 0.2f;
+            cfgs.push_back(c);
+            c.lq = {5, 0, 60}, c.lk = {9, 4, 70}, c.alibi = 0;
+            cfgs.push_back(c);
+        }
 }
 
 /* ---- cache: the kernel over KV caches read in place (fa_forward_kvcache's attention) ----
@@ -871,8 +960,8 @@ int main(int argc, char **argv) {
         suites.push_back(su);
     }
     if (suites.empty())
-        suites = {{"basic", 0, 0}, {"features", 0, 0},  {"edge", 0, 0},
-                  {"long", 0, 0},  {"nonfinite", 0, 0}, {"cache", 0, 0}};
+        suites = {{"basic", 0, 0},     {"features", 0, 0}, {"edge", 0, 0}, {"long", 0, 0},
+                  {"nonfinite", 0, 0}, {"f32out", 0, 0},   {"cache", 0, 0}};
     for (const Suite &su : suites) {
         const std::string &suite = su.name;
         if (suite == "quick") {
@@ -1003,13 +1092,16 @@ int main(int argc, char **argv) {
                     c.lq = {0, 0, 3}, c.lk = {0, 5, 0}; // varlen: empty and keyless sequences
                     add(c);
                 }
+        } else if (suite == "f32out") {
+            add_f32out(cfgs);
         } else if (suite == "nonfinite") {
             add_nonfinite(cfgs);
         } else if (suite == "cache") {
             add_cache(cache_cfgs);
         } else {
             fprintf(stderr,
-                    "suites: basic features edge long nonfinite cache quick | sweep SEED N\n");
+                    "suites: basic features edge long nonfinite f32out cache quick | sweep SEED "
+                    "N\n");
             return 2;
         }
     }

@@ -1,6 +1,7 @@
 """Ring attention: each rank keeps its queries and passes its K/V block around the ring of a
 process group (dist.isend/irecv to rank + 1, from rank - 1), attending over one block while the
-next is in flight; the partial results (out in fp32, lse) are merged in step order. The backward
+next is in flight; the partial results (out in fp32 from the kernel, unrounded, and lse) are
+merged in fp32 in step order, and only the final output is rounded to q's dtype. The backward
 goes around the ring again with the blocks, and each block's dK/dV travels with it, summed in
 fp32 by every rank it passes (in ring order from its owner) before it returns home.
 
@@ -97,8 +98,8 @@ class _RingAttention(torch.autograd.Function):
                 qs, ks, c = vis
                 o_b, lse_b, _, _ = _core.flash_attn_forward(
                     TorchBackend, q[:, qs], kb[:, ks], vb[:, ks], 0.0, scale, c, -1, -1, softcap,
-                    None, False)
-                _merge(out[:, qs], lse[:, :, qs], o_b.float(), lse_b)
+                    None, False, out_dtype=torch.float32)
+                _merge(out[:, qs], lse[:, :, qs], o_b, lse_b)
             if step + 1 < ring.world:
                 _wait(reqs)
                 kb, vb = kn, vn
