@@ -165,8 +165,8 @@ def test_matches_one_process(world, tmp_path):
 def test_bf16(tmp_path):
     """bf16, flash-attn's rule: each rank's output and gradients no farther from the fp32
     result than twice bf16 flash_attn_func over the whole sequence is (plus one bf16 ulp: each
-    rank's part of dK and dV is rounded to bf16 before their sum); and the output at most one bf16 ulp
-    from the whole-sequence output."""
+    rank's part of dK and dV is rounded to bf16 before their sum); and the output at most one
+    bf16 ulp from the whole-sequence output."""
     for rank, res in enumerate(_run(2, tmp_path, dtype="bfloat16")):
         for case in CASES:
             r = res[case]
