@@ -13,7 +13,8 @@ on torch's current stream, mixed-device errors, a malformed FA_CUDA_TILE_D128, t
 against the CPU backend's gradients and bitwise deterministic, and the KV cache
 (flash_attn_with_kvcache in place, contiguous and paged with pages of 1..256, rotary, leftpad,
 cache_batch_idx, a 64-step decode loop, splits bitwise identical, varlen with block_table,
-torch.compile) against the CPU on the same inputs, and flash_attn_combine.
+torch.compile) against the CPU on the same inputs, flash_attn_combine, the forward's fp32 out of
+16-bit inputs, and flashattn.parallel on CUDA tensors (NCCL, one rank).
 """
 
 import ctypes
@@ -845,3 +846,61 @@ def test_torch_compile_backward_on_cuda():
     got = compiled(*(t.clone().requires_grad_(True) for t in base))
     for a, b in zip(got, eager):
         assert a.device == b.device and torch.equal(a, b)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fp32_out_on_cuda(dtype):
+    """The forward's fp32 out of 16-bit inputs on the GPU (the tensor-core kernel's fp32
+    epilogue at D = 128, stage 1 at D = 36): rounded to the dtype it is the 16-bit out bit for
+    bit, with the same lse, and it matches the CPU's fp32 out."""
+    from flashattn._torch_api import TorchBackend
+
+    g = torch.Generator().manual_seed(21)
+    for D in (128, 36):
+        q, k, v = (torch.randn(2, 150, 4, D, generator=g).to(getattr(torch, dtype))
+                   for _ in range(3))
+        args = (0.0, None, True, -1, -1, 0.0, None, False)
+        o16, l16, _, _ = _core.flash_attn_forward(TorchBackend, q.cuda(), k.cuda(), v.cuda(),
+                                                  *args)
+        o32, l32, _, _ = _core.flash_attn_forward(TorchBackend, q.cuda(), k.cuda(), v.cuda(),
+                                                  *args, out_dtype=torch.float32)
+        oc, _, _, _ = _core.flash_attn_forward(TorchBackend, q, k, v, *args,
+                                               out_dtype=torch.float32)
+        torch.cuda.synchronize()
+        assert o32.dtype == torch.float32 and o32.device.type == "cuda"
+        assert torch.equal(o32.to(o16.dtype), o16) and torch.equal(l32, l16), D
+        _assert_close(o32, oc, dtype, f"fp32 out, D = {D}")
+
+
+@needs_gpu
+def test_parallel_on_cuda_tensors():
+    """flashattn.parallel on CUDA tensors, NCCL with one rank (the GPU's share of a ring: fp32
+    partials, the merge, the backward): ring and all-gather attention equal flash_attn_func on
+    the same GPU to rounding."""
+    import socket
+
+    import torch.distributed as dist
+    from flashattn import parallel
+
+    if not dist.is_nccl_available():
+        pytest.skip("torch.distributed has no NCCL")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        g = torch.Generator().manual_seed(22)
+        q, k, v, dout = (torch.randn(1, 256, 4, 64, generator=g).bfloat16().cuda()
+                         for _ in range(4))
+        w = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        ref = flashattn.flash_attn_func(*w, causal=True)
+        ref.backward(dout)
+        for attend in (parallel.ring_attention, parallel.all_gather_attention):
+            x = [t.clone().requires_grad_(True) for t in (q, k, v)]
+            out = attend(*x, causal=True)
+            out.backward(dout)
+            for a, b in zip([out] + [t.grad for t in x], [ref] + [t.grad for t in w]):
+                _assert_close(a.detach(), b.detach(), "bfloat16", attend.__name__)
+    finally:
+        dist.destroy_process_group()

@@ -525,39 +525,40 @@ static void add_nonfinite(std::vector<Cfg> &cfgs) {
             }
 }
 
-/* The f32out suite: fp32 out of fp16/bf16 inputs on the tensor-core kernel (every kD from 32 to
- * 256 but 160 and 192, D = 80 and 200 padded to 96 and 224: only the columns below D stored)
- * under GQA with causal, varlen, a sliding window, softcap, ALiBi, padded strides, rows that
- * see no key, Sk = 0 and a V with an infinity at a band's edge (the exact row path), and on the
- * stage-1 kernel. */
+/* The f32out suite: fp32 out of fp16/bf16 inputs (by turns) on the tensor-core kernel (every kD
+ * from 32 to 256 but 160 and 192, D = 80 and 200 padded to 96 and 224: only the columns below D
+ * stored) under GQA with causal, varlen, a sliding window, softcap, ALiBi, padded strides, rows
+ * that see no key, Sk = 0 and a V with an infinity at a band's edge (the exact row path), and on
+ * the stage-1 kernel. */
 static void add_f32out(std::vector<Cfg> &cfgs) {
-    for (int D : {32, 64, 80, 128, 200, 256})
-        for (int bf : {0, 1}) {
-            Cfg c0;
-            c0.D = D, c0.bf = bf, c0.out32 = true;
-            Cfg c = c0;
-            c.Sq = 150, c.Sk = 170, c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
-            cfgs.push_back(c);
-            c = c0;
-            c.lq = {5, 0, 130, 64}, c.lk = {9, 4, 129, 0}, c.causal = true, c.Hk = 1; // varlen
-            cfgs.push_back(c);
-            c = c0;
-            c.Sq = 140, c.Sk = 160, c.wl = 40, c.wr = 17, c.softcap = 5, c.mag = 2, c.pad = 8;
-            cfgs.push_back(c);
-            c = c0;
-            c.Sq = 140, c.Sk = 160, c.alibi = 0.3f, c.causal = true, c.lse = false;
-            cfgs.push_back(c);
-            c = c0;
-            c.Sq = 300, c.Sk = 40, c.causal = true; // rows that see no key
-            cfgs.push_back(c);
-            c = c0;
-            c.Sq = 5, c.Sk = 0;
-            cfgs.push_back(c);
-            c = c0;
-            c.Sq = c.Sk = 130, c.causal = true;
-            c.plants = {{'v', 0, 90, 0, 2, INFINITY, false}}; // rows >= 90 see it
-            cfgs.push_back(c);
-        }
+    bool bf16 = false; // bf16 and fp16 by turns: the store does not depend on the dtype
+    for (int D : {32, 64, 80, 128, 200, 256}) {
+        bf16 = !bf16;
+        Cfg c0;
+        c0.D = D, c0.bf = bf16, c0.out32 = true;
+        Cfg c = c0;
+        c.Sq = 150, c.Sk = 170, c.H = 4, c.Hk = 2, c.causal = true; // GQA + causal
+        cfgs.push_back(c);
+        c = c0;
+        c.lq = {5, 0, 130, 64}, c.lk = {9, 4, 129, 0}, c.causal = true, c.Hk = 1; // varlen
+        cfgs.push_back(c);
+        c = c0;
+        c.Sq = 140, c.Sk = 160, c.wl = 40, c.wr = 17, c.softcap = 5, c.mag = 2, c.pad = 8;
+        cfgs.push_back(c);
+        c = c0;
+        c.Sq = 140, c.Sk = 160, c.alibi = 0.3f, c.causal = true, c.lse = false;
+        cfgs.push_back(c);
+        c = c0;
+        c.Sq = 300, c.Sk = 40, c.causal = true; // rows that see no key
+        cfgs.push_back(c);
+        c = c0;
+        c.Sq = 5, c.Sk = 0;
+        cfgs.push_back(c);
+        c = c0;
+        c.Sq = c.Sk = 130, c.causal = true;
+        c.plants = {{'v', 0, 90, 0, 2, INFINITY, false}}; // rows >= 90 see it
+        cfgs.push_back(c);
+    }
     for (int D : {8, 64, 128})
         for (int bf : {0, 1}) {
             Cfg c;

@@ -105,8 +105,8 @@ class _RingAttention(torch.autograd.Function):
                 kb, vb = kn, vn
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.group, ctx.causal, ctx.softcap, ctx.scale, ctx.split = group, causal, softcap, scale, \
-            split
+        ctx.group, ctx.causal, ctx.split = group, causal, split
+        ctx.softcap, ctx.scale = softcap, scale
         return out
 
     @staticmethod
