@@ -1,9 +1,11 @@
-"""Test helpers: dtypes, tolerances, random inputs, comparisons against the fp64 reference."""
+"""Test helpers: dtypes, tolerances, random inputs, comparisons against the fp64 reference, a
+free port for process groups."""
 
 import hashlib
 import importlib.util
 import os
 import secrets
+import socket
 
 import numpy as np
 
@@ -73,3 +75,10 @@ def assert_lse(lse, ref):
     assert np.all(lse[~fin] == -np.inf), "a fully masked row's lse must be -inf"
     if fin.any():
         assert np.max(np.abs(lse[fin] - ref[fin])) <= 2e-5 * max(1.0, np.max(np.abs(ref[fin])))
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 free right now (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

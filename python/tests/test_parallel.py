@@ -8,7 +8,6 @@ failing every rank with one clear message within the timeout (never a hang)."""
 import datetime
 import json
 import os
-import socket
 
 import pytest
 
@@ -20,6 +19,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 import torch.multiprocessing as mp  # noqa: E402
 
 import flashattn  # noqa: E402
+from helpers import free_port  # noqa: E402
 
 # name: (method, causal, window_size, split, softcap, alibi, H, Hk)
 CASES = {
@@ -37,11 +37,6 @@ CASES = {
 }
 TIMEOUT_S = 60
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _inputs(world, dtype, H, Hk):
@@ -147,7 +142,7 @@ def _bad_worker(rank, world, port, outdir):
 
 
 def _run(world, tmp_path, dtype="float32"):
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path), dtype),
+    mp.start_processes(_worker, args=(world, free_port(), str(tmp_path), dtype),
                        nprocs=world, join=True, start_method="spawn")
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(world)]
 
@@ -180,7 +175,7 @@ def test_bf16(tmp_path):
 def test_wrong_rank_fails_everywhere(tmp_path):
     """Arguments wrong or different on one rank fail every rank with one message naming that
     rank, and the ranks stay in step for the next call (never a hang)."""
-    mp.start_processes(_bad_worker, args=(3, _free_port(), str(tmp_path)), nprocs=3, join=True,
+    mp.start_processes(_bad_worker, args=(3, free_port(), str(tmp_path)), nprocs=3, join=True,
                        start_method="spawn")
     for rank in range(3):
         errors = json.load(open(tmp_path / f"rank{rank}.json"))

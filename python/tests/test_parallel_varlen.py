@@ -10,7 +10,6 @@ or cu_seqlens failing every rank with one clear message (never a hang); argument
 import datetime
 import json
 import os
-import socket
 
 import pytest
 
@@ -22,7 +21,8 @@ if not dist.is_available() or not dist.is_gloo_available():
 import torch.multiprocessing as mp  # noqa: E402
 
 import flashattn  # noqa: E402
-from flashattn.parallel._all_gather_varlen import all_gather_attention_varlen  # noqa: E402
+from helpers import free_port  # noqa: E402
+from flashattn.parallel import all_gather_attention_varlen  # noqa: E402
 
 T_LOCAL = 8
 # name: (causal, window_size, softcap, alibi ("h": (H), "bh": (B, H)), H, Hk, layout)
@@ -39,11 +39,6 @@ CASES = {
 }
 TIMEOUT_S = 60
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _layout(world, which):
@@ -198,7 +193,7 @@ def _worker(rank, port, outdir):
 def results(tmp_path_factory):
     """results(world, what): the group ranks' results, in group rank order."""
     d = tmp_path_factory.mktemp("parallel_varlen")
-    mp.start_processes(_worker, args=(_free_port(), str(d)), nprocs=4, join=True,
+    mp.start_processes(_worker, args=(free_port(), str(d)), nprocs=4, join=True,
                        start_method="spawn")
     every = [json.load(open(d / f"rank{r}.json")) for r in range(4)]
     return lambda world, what: [every[r][f"{world} {what}"] for r in range(4 - world, 4)]

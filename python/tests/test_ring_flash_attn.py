@@ -12,7 +12,6 @@ import datetime
 import importlib.util
 import json
 import os
-import socket
 import sys
 import types
 
@@ -29,6 +28,7 @@ if importlib.util.find_spec("ring_flash_attn") is None:
 import torch.multiprocessing as mp  # noqa: E402
 
 import flashattn  # noqa: E402
+from helpers import free_port  # noqa: E402
 
 TIMEOUT_S = 60
 # name: (ring-flash-attn module, function, causal, how the sequence is split)
@@ -51,11 +51,6 @@ def _point_flash_attn_at_flashattn():
     pkg.__path__ = list(importlib.util.find_spec("ring_flash_attn").submodule_search_locations)
     sys.modules["ring_flash_attn"] = pkg
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _slice(x, rank, world, split):
@@ -109,7 +104,7 @@ def _worker(rank, world, port, outdir):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_flash_attn_runs_on_flashattn(world, tmp_path):
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world,
+    mp.start_processes(_worker, args=(world, free_port(), str(tmp_path)), nprocs=world,
                        join=True, start_method="spawn")
     for rank in range(world):
         res = json.load(open(tmp_path / f"rank{rank}.json"))
