@@ -41,24 +41,18 @@ def gather_sequence(x, group=None, split="contiguous", dim=1):
     world = dist.get_world_size(group)
     parts = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(parts, x.contiguous(), group=group)
-    if split == "contiguous":
-        return torch.cat(parts, dim=dim)
-    half = x.shape[dim] // 2
-    order = [None] * (2 * world)
-    for r, p in enumerate(parts):
-        for j, c in enumerate(_chunks(r, world, split)):
-            order[c] = p.narrow(dim, j * half, half)
-    return torch.cat(order, dim=dim)
+    whole = torch.cat(parts, dim=dim)
+    return whole if split == "contiguous" else _unzigzag(whole, world, dim)
 
 
-def _unzigzag(x, world):
-    """Rank-ordered zigzag slices (B, 2·W·c, ...) back into sequence order."""
-    c = x.shape[1] // (2 * world)
+def _unzigzag(x, world, dim=1):
+    """Rank-ordered zigzag slices (2·W chunks of c along dim) back into sequence order."""
+    c = x.shape[dim] // (2 * world)
     order = [None] * (2 * world)
     for r in range(world):
         for j, ci in enumerate(_chunks(r, world, "zigzag")):
-            order[ci] = x[:, (2 * r + j) * c:(2 * r + j + 1) * c]
-    return torch.cat(order, dim=1)
+            order[ci] = x.narrow(dim, (2 * r + j) * c, c)
+    return torch.cat(order, dim=dim)
 
 
 def _local_problem(q, k, v, split, window_size):
