@@ -223,10 +223,29 @@ typedef struct fa_params {
      * fa_forward_kvcache and fa_combine honour it; the CUDA plug-in and fa_dropout_mask ignore
      * it. */
     const int32_t *cancel;
+    /* Attention sinks (gpt-oss's `sinks`, flash-attn's learnable_sink): fp32 (H) on q's device,
+     * data == NULL = none. sinks[h] is one more logit in every softmax row of query head h, with
+     * no value vector, compared as is (not scaled, softcapped or biased):
+     *   out_i = sum_j exp(S_ij - M) v_j / (sum_j exp(S_ij - M) + exp(sinks[h] - M)),
+     * and lse includes it: lse_i = log(sum_j exp(S_ij) + exp(sinks[h])). A row that sees no key
+     * gets out = 0 and lse = sinks[h]; varlen rows outside every sequence stay 0 and -inf.
+     * Values must be finite or -inf (-inf: no sink for that head). The backward needs the
+     * forward's out and lse computed with the same sinks. fa_forward, fa_varlen_forward,
+     * fa_forward_kvcache, fa_backward and fa_varlen_backward honour it on CPU tensors; with CUDA
+     * tensors they return FA_ERR_UNSUPPORTED. fa_combine knows no sinks: combine partials
+     * computed without sinks (each partial with the sink would count it once per partial). */
+    fa_tensor sinks;
+    /* The sinks' gradient: fp32 (H) on q's device, written by fa_backward and
+     * fa_varlen_backward when sinks and dsinks.data are given (data NULL = not wanted; an error
+     * without sinks); ignored by the forwards. dsinks[h] = -sum_{b,i} exp(sinks[h] - lse_bhi) ·
+     * sum_d dout_bihd out_bihd (the inner sum the backward's fp32 one), summed in fp64 in the
+     * order b, i, so the result is the same on any thread count. Must not overlap any other
+     * tensor of the call. */
+    fa_tensor dsinks;
 } fa_params;
 
-/* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, default scale)
- * and sets struct_size. */
+/* Fills *params with the defaults (no causal mask, no window, no softcap, no ALiBi, no sinks,
+ * default scale) and sets struct_size. */
 FA_API void fa_params_init(fa_params *params);
 
 /* ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ typedef struct call {
     int64_t max_seqlen_q, max_seqlen_k;
 } call;
 
-enum { MAX_SPANS = 9 };
+enum { MAX_SPANS = 10 };
 
 typedef struct spans {
     fa__span in[MAX_SPANS], out[MAX_SPANS];
@@ -203,7 +203,7 @@ static int64_t longest(const int32_t *cu, int64_t B) {
 static fa_status prepare(const fa_params *params, const call *c, fa__problem *p, int32_t **cu,
                          const fa__plugin_api **api, int *none) {
     spans sp = {.n_in = 0};
-    fa__span alibi_span;
+    fa__span alibi_span, sink_in, sink_out;
     fa_status st = check_qkv(c, p, &sp);
     if (st != FA_OK) return st;
     if (c->varlen) {
@@ -228,10 +228,14 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         p->Sk = c->k->shape[1];
     }
     if ((st = check_lse(c, p, &sp)) || (st = fa__resolve_params(params, p)) ||
-        (st = fa__resolve_alibi(params, p, &alibi_span)))
+        (st = fa__resolve_alibi(params, p, &alibi_span)) ||
+        (st = fa__resolve_sinks(params, p, c->backward, &sink_in, &sink_out)))
         return st;
     sp.in[sp.n_in++] = alibi_span;
-    if ((st = check_devices(params, c)) || (st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in)))
+    sp.in[sp.n_in++] = sink_in;
+    sp.out[sp.n_out++] = sink_out;
+    if ((st = check_devices(params, c)) || (st = fa__check_sinks(params, p, c->q)) ||
+        (st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in)))
         return st;
     *api = NULL;
     if (c->q->device == FA_DEVICE_CUDA) {

@@ -422,6 +422,8 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
         (st = fa__resolve_alibi(params, p, span(c, 0))))
         return st;
+    fa__span no_dsinks; /* a forward: dsinks is ignored */
+    if ((st = fa__resolve_sinks(params, p, 0, span(c, 0), &no_dsinks))) return st;
     if (lse) {
         if ((st = fa__check_view(lse, "lse", 3, "(B, H, Sq)", 1, span(c, 1)))) return st;
         if (lse->dtype != FA_DTYPE_F32)
@@ -437,7 +439,8 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
         p->lse_sh = lse->stride[1];
         p->lse_ss = lse->stride[2];
     }
-    if ((st = check_devices(c, params, kv, out, lse)) || (st = fa__check_slopes(params, p, c->api)) ||
+    if ((st = check_devices(c, params, kv, out, lse)) || (st = fa__check_sinks(params, p, q)) ||
+        (st = fa__check_slopes(params, p, c->api)) ||
         (st = fa__check_overlap(c->out, c->n_out, c->in, c->n_in)))
         return st;
 

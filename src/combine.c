@@ -133,7 +133,8 @@ fa_status fa_combine(fa_context *ctx, const fa_params *params, int64_t n,
     if (st != FA_OK)
         return st;
     if (params && params->struct_size != sizeof *params &&
-        params->struct_size != offsetof(fa_params, cancel))
+        params->struct_size != offsetof(fa_params, cancel) &&
+        params->struct_size != offsetof(fa_params, sinks))
         return fa__error(FA_ERR_STRUCT_SIZE,
                          "params.struct_size is %u; expected %zu (call "
                          "fa_params_init first)",

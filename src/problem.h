@@ -64,6 +64,12 @@ typedef struct fa__problem {
     uint32_t dropout_threshold;  /* words below it drop (philox.h) */
     float dropout_scale;         /* 1 / (1 - dropout_p) */
     uint64_t dropout_seed, dropout_offset;
+    /* Attention sinks (CPU only): sink of head h at sinks[h*sinks_sh], NULL = none; the
+     * backward writes the sinks' gradient to dsinks[h*dsinks_sh] when dsinks is not NULL. */
+    const float *sinks;
+    int64_t sinks_sh;
+    float *dsinks;
+    int64_t dsinks_sh;
 } fa__problem;
 
 /* fa_forward_kvcache's rotary tables: row pos at cos + pos*s_row elements, column t at

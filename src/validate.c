@@ -160,10 +160,11 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p) {
     fa_params_init(&d);
     if (params) {
         /* Binaries built against 0.1.0's header pass the struct without cuda_stream, later ones
-         * without cancel. */
+         * without cancel, then without sinks. */
         const size_t v1 = offsetof(fa_params, cuda_stream), v2 = offsetof(fa_params, cancel);
+        const size_t v3 = offsetof(fa_params, sinks);
         if (params->struct_size != sizeof d && params->struct_size != v1 &&
-            params->struct_size != v2)
+            params->struct_size != v2 && params->struct_size != v3)
             return fa__error(FA_ERR_STRUCT_SIZE, "params.struct_size is %u; expected %zu (call "
                              "fa_params_init first)", params->struct_size, sizeof d);
         memcpy(&d, params, params->struct_size);
@@ -227,6 +228,59 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
     return FA_OK;
 }
 
+/* One fp32 (H) view of params, named `name`, checked as an input or an output. */
+static fa_status check_per_head(const fa_tensor *t, const char *name, const fa__problem *p,
+                                int is_output, fa__span *span) {
+    fa_status st = fa__check_view(t, name, 1, "(H)", is_output, span);
+    if (st != FA_OK) return st;
+    if (t->dtype != FA_DTYPE_F32)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected f32", name,
+                         fa__dtype_name(t->dtype));
+    if (t->shape[0] != p->H)
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (H) = (%lld)", name,
+                         (long long)t->shape[0], (long long)p->H);
+    return FA_OK;
+}
+
+fa_status fa__resolve_sinks(const fa_params *params, fa__problem *p, int backward,
+                            fa__span *in, fa__span *out) {
+    *in = (fa__span){0, 0, "params.sinks"};
+    *out = (fa__span){0, 0, "params.dsinks"};
+    if (!params || params->struct_size != sizeof *params) return FA_OK; /* from before sinks */
+    const fa_tensor *s = &params->sinks, *ds = &params->dsinks;
+    if (backward && ds->data && !s->data)
+        return fa__error(FA_ERR_VALUE, "params.dsinks: given without params.sinks; the gradient "
+                         "of the sinks needs the sinks");
+    if (!s->data) return FA_OK;
+    fa_status st = check_per_head(s, "params.sinks", p, 0, in);
+    if (st != FA_OK) return st;
+    p->sinks = s->data;
+    p->sinks_sh = s->stride[0];
+    if (!backward || !ds->data) return FA_OK;
+    if ((st = check_per_head(ds, "params.dsinks", p, 1, out))) return st;
+    p->dsinks = ds->data;
+    p->dsinks_sh = ds->stride[0];
+    return FA_OK;
+}
+
+fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q) {
+    if (!p->sinks) return FA_OK;
+    if (q->device == FA_DEVICE_CUDA)
+        return fa__error(FA_ERR_UNSUPPORTED, "params.sinks: sinks are not supported on CUDA "
+                         "tensors yet");
+    fa_status st;
+    if ((st = fa__check_same_device(&params->sinks, "params.sinks", q, "q")) ||
+        (p->dsinks && (st = fa__check_same_device(&params->dsinks, "params.dsinks", q, "q"))))
+        return st;
+    for (int64_t h = 0; h < p->H; h++) {
+        const float x = p->sinks[h * p->sinks_sh];
+        if (isnan(x) || x == INFINITY)
+            return fa__error(FA_ERR_VALUE, "params.sinks[%lld] is %g; sinks must be finite or "
+                             "-inf (no sink)", (long long)h, (double)x);
+    }
+    return FA_OK;
+}
+
 static fa_status check_slopes(const float *slopes, const fa__problem *p) {
     if (!p->alibi) return FA_OK;
     const int64_t nb = p->alibi_sb ? p->B : 1; /* (H) slopes serve every batch */
@@ -257,7 +311,8 @@ fa_status fa__check_slopes(const fa_params *params, const fa__problem *p,
 
 void *fa__params_stream(const fa_params *params) {
     return params && (params->struct_size == sizeof *params ||
-                      params->struct_size == offsetof(fa_params, cancel))
+                      params->struct_size == offsetof(fa_params, cancel) ||
+                      params->struct_size == offsetof(fa_params, sinks))
                ? params->cuda_stream
                : NULL;
 }

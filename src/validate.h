@@ -40,6 +40,16 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p);
 /* Checks params->alibi_slopes against (H) or (B, H) and fills p->alibi; records its span. */
 fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span);
 
+/* Checks params->sinks (and, for a backward, params->dsinks) against fp32 (H) and fills
+ * p->sinks (p->dsinks); records their spans (in: sinks, out: dsinks; empty when absent). Structs
+ * from before sinks have none. Needs p->H. */
+fa_status fa__resolve_sinks(const fa_params *params, fa__problem *p, int backward,
+                            fa__span *in, fa__span *out);
+
+/* With p->sinks: FA_ERR_DEVICE unless sinks (and dsinks) are on q's device, FA_ERR_UNSUPPORTED
+ * for CUDA tensors, FA_ERR_VALUE for a NaN or +inf sink. O(H), reads the sinks (host memory). */
+fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q);
+
 /* FA_ERR_VALUE unless every slope of p->alibi (if any) is finite; api: the plug-in when the
  * slopes (params->alibi_slopes) are on a CUDA device, copied to the host for the check, else
  * NULL. O(B·H): called once the call has output elements. */

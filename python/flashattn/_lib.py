@@ -90,6 +90,10 @@ class Params(ctypes.Structure):
         # const int32_t *: a flag the library reads between tasks; nonzero = stop
         # (FA_ERR_CANCELLED). Set by _call for the calls Ctrl-C must be able to stop.
         ("cancel", ctypes.c_void_p),
+        # Attention sinks, fp32 (H), and their gradient (written by the backward); data NULL =
+        # none. No Python API sets them yet: params() leaves them as fa_params_init does.
+        ("sinks", Tensor),
+        ("dsinks", Tensor),
     ]
 
 

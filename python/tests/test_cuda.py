@@ -68,14 +68,17 @@ def test_gpu_present_when_required():
 
 def test_params_struct_size_matches_library():
     """fa_params_init writes struct_size = sizeof(fa_params) as the C library was compiled;
-    the ctypes struct must be exactly that (cancel is its last field)."""
+    the ctypes struct must be exactly that (dsinks is its last field)."""
     buf = ctypes.create_string_buffer(4096)
     _lib.lib().fa_params_init(buf)
     size = ctypes.c_uint32.from_buffer(buf).value
     assert size == ctypes.sizeof(_lib.Params), (
         f"libflashattn's fa_params is {size} bytes; python/flashattn/_lib.py's Params is "
         f"{ctypes.sizeof(_lib.Params)}")
-    assert _lib.Params.cancel.offset + ctypes.sizeof(ctypes.c_void_p) == size
+    assert _lib.Params.dsinks.offset + ctypes.sizeof(_lib.Tensor) == size
+    # fa_params_init leaves the sinks and their gradient absent
+    assert _lib.Params.from_buffer(buf).sinks.data is None
+    assert _lib.Params.from_buffer(buf).dsinks.data is None
     assert _lib.params_struct_size() == size
     # fa_params_init leaves cuda_stream NULL (the legacy default stream) and cancel NULL
     assert _lib.Params.from_buffer(buf).cuda_stream is None

@@ -158,6 +158,27 @@ static void delta_task(void *arg, int64_t task, int worker) {
     }
 }
 
+/* The sink's gradient of head `task`: the sink is a key whose value is 0, so with P_s =
+ * exp(s - lse) (lse including the sink) dL/ds = -Σ_{b,i} P_s Δ_bi, summed in fp64 in the order
+ * b, i. Rows the forward gave lse = -inf (none without a sink, which gives lse >= s) add
+ * nothing, as in the tiles. */
+static void dsink_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const bwd_plan *pl = arg;
+    const fa__problem *p = pl->p;
+    const int64_t h = task;
+    const double s = p->sinks[h * p->sinks_sh];
+    double acc = 0.0;
+    for (int64_t b = 0; s != -INFINITY && b < p->B; b++) {
+        const int64_t rq = fa__row0_q(p, b), sq = fa__seqlen_q(p, b);
+        for (int64_t i = 0; i < sq; i++) {
+            const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
+            if (lse != -INFINITY) acc -= exp(s - lse) * pl->delta[delta_index(p, b, h, i)];
+        }
+    }
+    p->dsinks[h * p->dsinks_sh] = (float)acc;
+}
+
 /* ---- the shared tile ---- */
 
 /* Loads Q (pre-scaled), dO, lse (exp2 domain; +inf for rows that saw no key, so P = 0, and their
@@ -908,6 +929,7 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     }
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.start[0][p->B], delta_task, &pl);
+    if (p->dsinks) fa__context_run(ctx, p->H, dsink_task, &pl);
     if (fused) {
         fa__context_run(ctx, p->B * p->Hk, fused_task, &pl);
     } else {

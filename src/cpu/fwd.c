@@ -642,19 +642,26 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
 
 /* out = O / l and lse for one row (m, l already merged). l = 0: the row saw no key with a score
  * above -inf, so out = 0 (whatever O holds: 0 times a NaN in V is NaN) and lse = -inf; a NaN l
- * (a NaN or +inf score) gives NaN in both. */
+ * (a NaN or +inf score) gives NaN in both. A sink s (finite) joins the row in fp64, before the
+ * rounding to out's dtype: with L the keys' lse, lse = logaddexp(L, s) and out = O / l ·
+ * exp(L - lse); a row with no key gets out = 0 and lse = s. */
 static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const float *o,
                       float m, float l) {
     static const float zeros[256]; /* D <= 256 */
     const fa__problem *p = pl->p;
     const int64_t rq = fa__row0_q(p, b);
     const int none = l == 0.0f;
-    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, none ? zeros : o, p->D,
-                  p->out.sd, none ? 1.0f : 1.0f / l);
-    if (p->lse) {
-        const double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_LN2;
-        p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
+    const double sink = p->sinks ? (double)p->sinks[h * p->sinks_sh] : -INFINITY;
+    double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_LN2;
+    float scale = none ? 1.0f : 1.0f / l;
+    if (sink != -INFINITY) {
+        const double keys = lse; /* -inf, a number or NaN */
+        lse = none ? sink : fmax(keys, sink) + log1p(exp(-fabs(keys - sink)));
+        if (!none) scale = (float)(exp(keys - lse) / (double)l);
     }
+    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, none ? zeros : o, p->D,
+                  p->out.sd, scale);
+    if (p->lse) p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
 }
 
 /* Keys per split chunk of a cache of sk keys: FA_CHUNKS chunks of at least FA_BC keys, at most
