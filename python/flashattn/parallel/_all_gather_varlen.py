@@ -111,7 +111,7 @@ def all_gather_attention_varlen(q, k, v, cu_seqlens, max_seqlen, group=None, cau
         window_size = tuple(int(w) for w in window_size)
         max_seqlen = _args.seqlen(max_seqlen, "max_seqlen")
         cu, problem = _check_args(q, k, v, cu_seqlens, window_size, alibi_slopes), None
-    except FlashAttnError as e:
+    except (FlashAttnError, TypeError, ValueError) as e:  # e.g. window_size=None
         problem = str(e)
     _agree(api, group, problem, lambda: [
         ("q shape", tuple(q.shape)), ("k shape", tuple(k.shape)), ("v shape", tuple(v.shape)),
