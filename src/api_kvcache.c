@@ -60,14 +60,8 @@ static fa_status host_ints(kvcall *c, const fa_tensor *t, const char *name, int3
 
 /* A (B) int32 tensor, copied into dst. */
 static fa_status read_ints(kvcall *c, const fa_tensor *t, const char *name, int32_t *dst) {
-    fa_status st = fa__check_view(t, name, 1, "(B)", 0, span(c, 0));
+    fa_status st = fa__check_vector(t, name, "(B)", FA_DTYPE_I32, c->B, 0, span(c, 0));
     if (st != FA_OK) return st;
-    if (t->dtype != FA_DTYPE_I32)
-        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected i32", name,
-                         fa__dtype_name(t->dtype));
-    if (t->shape[0] != c->B)
-        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (B) = (%lld)", name,
-                         (long long)t->shape[0], (long long)c->B);
     int32_t *copy;
     const int32_t *src;
     if ((st = host_ints(c, t, name, &copy, &src))) return st;

@@ -228,17 +228,16 @@ fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *s
     return FA_OK;
 }
 
-/* One fp32 (H) view of params, named `name`, checked as an input or an output. */
-static fa_status check_per_head(const fa_tensor *t, const char *name, const fa__problem *p,
-                                int is_output, fa__span *span) {
-    fa_status st = fa__check_view(t, name, 1, "(H)", is_output, span);
+fa_status fa__check_vector(const fa_tensor *t, const char *name, const char *dims, int32_t dtype,
+                           int64_t n, int is_output, fa__span *span) {
+    fa_status st = fa__check_view(t, name, 1, dims, is_output, span);
     if (st != FA_OK) return st;
-    if (t->dtype != FA_DTYPE_F32)
-        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected f32", name,
-                         fa__dtype_name(t->dtype));
-    if (t->shape[0] != p->H)
-        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected (H) = (%lld)", name,
-                         (long long)t->shape[0], (long long)p->H);
+    if (t->dtype != dtype)
+        return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected %s", name,
+                         fa__dtype_name(t->dtype), fa__dtype_name(dtype));
+    if (t->shape[0] != n)
+        return fa__error(FA_ERR_SHAPE, "%s: shape is (%lld); expected %s = (%lld)", name,
+                         (long long)t->shape[0], dims, (long long)n);
     return FA_OK;
 }
 
@@ -252,12 +251,13 @@ fa_status fa__resolve_sinks(const fa_params *params, fa__problem *p, int backwar
         return fa__error(FA_ERR_VALUE, "params.dsinks: given without params.sinks; the gradient "
                          "of the sinks needs the sinks");
     if (!s->data) return FA_OK;
-    fa_status st = check_per_head(s, "params.sinks", p, 0, in);
+    fa_status st = fa__check_vector(s, "params.sinks", "(H)", FA_DTYPE_F32, p->H, 0, in);
     if (st != FA_OK) return st;
     p->sinks = s->data;
     p->sinks_sh = s->stride[0];
     if (!backward || !ds->data) return FA_OK;
-    if ((st = check_per_head(ds, "params.dsinks", p, 1, out))) return st;
+    if ((st = fa__check_vector(ds, "params.dsinks", "(H)", FA_DTYPE_F32, p->H, 1, out)))
+        return st;
     p->dsinks = ds->data;
     p->dsinks_sh = ds->stride[0];
     return FA_OK;

@@ -40,6 +40,11 @@ fa_status fa__resolve_params(const fa_params *params, fa__problem *p);
 /* Checks params->alibi_slopes against (H) or (B, H) and fills p->alibi; records its span. */
 fa_status fa__resolve_alibi(const fa_params *params, fa__problem *p, fa__span *span);
 
+/* t: a 1-D view (dims names its length, e.g. "(H)") of `dtype` and length n, checked as an input
+ * or an output view and recorded in span. */
+fa_status fa__check_vector(const fa_tensor *t, const char *name, const char *dims, int32_t dtype,
+                           int64_t n, int is_output, fa__span *span);
+
 /* Checks params->sinks (and, for a backward, params->dsinks) against fp32 (H) and fills
  * p->sinks (p->dsinks); records their spans (in: sinks, out: dsinks; empty when absent). Structs
  * from before sinks have none. Needs p->H. */

@@ -25,7 +25,7 @@ from ._split import _agree, _fixed_fields, _local_problem
 _ALL = slice(None)
 
 
-def _visible(rank, src, world, causal, split, s_local):
+def _visible(rank, src, causal, split, s_local):
     """(query rows, key rows, causal) of the one call for src's block on rank, or None."""
     if not causal:
         return _ALL, _ALL, False
@@ -92,8 +92,7 @@ class _RingAttention(torch.autograd.Function):
         for step in range(ring.world):
             if step + 1 < ring.world:
                 (kn, vn), reqs = ring.shift([kb, vb])
-            vis = _visible(ring.rank, (ring.rank - step) % ring.world, ring.world, causal, split,
-                           S)
+            vis = _visible(ring.rank, (ring.rank - step) % ring.world, causal, split, S)
             if vis is not None:
                 qs, ks, c = vis
                 o_b, lse_b, _, _ = _core.flash_attn_forward(
@@ -121,8 +120,7 @@ class _RingAttention(torch.autograd.Function):
         for step in range(ring.world):
             if step + 1 < ring.world:
                 (kn, vn), kv_reqs = ring.shift([kb, vb])
-            vis = _visible(ring.rank, (ring.rank - step) % ring.world, ring.world, ctx.causal,
-                           ctx.split, S)
+            vis = _visible(ring.rank, (ring.rank - step) % ring.world, ctx.causal, ctx.split, S)
             if vis is not None:
                 qs, ks, c = vis
                 dq_b, dk_b, dv_b = (torch.empty_like(t) for t in (q[:, qs], kb[:, ks], vb[:, ks]))
