@@ -241,19 +241,39 @@ def _device_error(name, t, main, host_ok=False):
 
 
 def _params(bk, dropout_p, softmax_scale, causal, wl, wr, softcap, alibi_slopes, seed, offset,
-            keep, named=()):
-    """fa_params for a call whose tensors are named = [(name, Tensor)]: checks that they and
-    alibi_slopes share one device and, on CUDA, passes the backend's current stream. The
-    scalars are _scalars' (checked)."""
-    alibi = None
-    if alibi_slopes is not None:
-        alibi, a = bk.view(alibi_slopes, "alibi_slopes", "float32")
-        keep.append(a)
-    dev, idx = call_device(list(named) + [("alibi_slopes", alibi)])
+            keep, named=(), sinks=None, dsinks=None):
+    """fa_params for a call whose tensors are named = [(name, Tensor)]: checks that they,
+    alibi_slopes and the sinks share one device and, on CUDA, passes the backend's current
+    stream. The scalars are _scalars' (checked); sinks and dsinks are fp32 (H) arrays or None
+    (check_sinks)."""
+    extra = []
+    for name, x, out in (("alibi_slopes", alibi_slopes, False), ("learnable_sink", sinks, False),
+                         ("dsinks", dsinks, True)):
+        t = None
+        if x is not None:
+            t, a = bk.view(x, name, "float32", output=True) if out else \
+                bk.view(x, name, "float32")
+            keep.append(a)
+        extra.append((name, t))
+    dev, idx = call_device(list(named) + extra)
     stream = bk.cuda_stream(idx) if dev == _lib.DEVICE_CUDA else None
     return _lib.params(softmax_scale=softmax_scale, causal=causal, window_left=wl,
-                       window_right=wr, softcap=softcap, alibi=alibi, dropout_p=dropout_p,
-                       seed=seed, offset=offset, cuda_stream=stream)
+                       window_right=wr, softcap=softcap, alibi=extra[0][1], dropout_p=dropout_p,
+                       seed=seed, offset=offset, cuda_stream=stream, sinks=extra[1][1],
+                       dsinks=extra[2][1])
+
+
+def check_sinks(sinks, H):
+    """learnable_sink (flash-attn's name; s_aux in vLLM's and transformers') as the library
+    takes it: None, or a (nheads,) array of one sink logit per query head. Its dtype is the
+    caller's to convert (the public functions make it fp32)."""
+    if sinks is None:
+        return None
+    _rank_check(sinks, "learnable_sink", (1,), "(nheads,)")
+    if sinks.shape[0] != H:
+        raise FlashAttnValueError(f"learnable_sink: shape ({sinks.shape[0]},); expected "
+                                  f"(nheads,) = ({H},), one sink per query head")
+    return sinks
 
 
 def _views(bk, names_arrays, output=False):
@@ -270,7 +290,7 @@ def _named(names, views):
 
 
 def _probs_dmask(bk, q, k, cu_q, cu_k, max_q, max_k, p, dropout_p, softmax_scale,
-                 causal, wl, wr, softcap, alibi_slopes, seed, offset):
+                 causal, wl, wr, softcap, alibi_slopes, seed, offset, sinks=None):
     """S_dmask for return_attn_probs: the softmax probabilities (before dropout's 1/(1-p)), from
     the fp64 reference, negated where the library's dropout mask drops them. Shape (B, H, Sq, Sk),
     varlen (B, H, max_seqlen_q, max_seqlen_k) with sequence b in [:Sq_b, :Sk_b]."""
@@ -279,10 +299,12 @@ def _probs_dmask(bk, q, k, cu_q, cu_k, max_q, max_k, p, dropout_p, softmax_scale
     qn = bk.to_numpy(q).astype(np.float64)
     kn = bk.to_numpy(k).astype(np.float64)
     an = None if alibi_slopes is None else bk.to_numpy(alibi_slopes).astype(np.float64)
+    sn = None if sinks is None else bk.to_numpy(sinks).astype(np.float64)
     H = qn.shape[-2]
     if cu_q is None:
         B, Sq, Sk = qn.shape[0], qn.shape[1], kn.shape[1]  # v does not enter the probabilities
-        _, _, probs = attention_ref(qn, kn, kn, softmax_scale, causal, (wl, wr), sc, an)
+        _, _, probs = attention_ref(qn, kn, kn, softmax_scale, causal, (wl, wr), sc, an,
+                                    sinks=sn)
     else:
         cq, ck = bk.ints(cu_q), bk.ints(cu_k)
         B, Sq, Sk = len(cq) - 1, int(max_q), int(max_k)
@@ -291,7 +313,7 @@ def _probs_dmask(bk, q, k, cu_q, cu_k, max_q, max_k, p, dropout_p, softmax_scale
             slopes = None if an is None else (an[b] if an.ndim == 2 else an)
             _, _, pb = attention_ref(qn[None, cq[b]:cq[b + 1]], kn[None, ck[b]:ck[b + 1]],
                                      kn[None, ck[b]:ck[b + 1]], softmax_scale, causal, (wl, wr),
-                                     sc, slopes)
+                                     sc, slopes, sinks=sn)
             probs[b, :, :pb.shape[2], :pb.shape[3]] = pb[0]
     mask = np.empty((B, H, Sq, Sk), dtype=np.uint8)
     _lib.dropout_mask(p, _lib.Tensor.make(mask.ctypes.data if mask.size else None,
@@ -323,9 +345,11 @@ def _out_dtype(bk, q, out_dtype):
 
 
 def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_size_left,
-                       window_size_right, softcap, alibi_slopes, return_softmax, out_dtype=None):
+                       window_size_right, softcap, alibi_slopes, return_softmax, out_dtype=None,
+                       sinks=None):
     """→ (out, softmax_lse, S_dmask, rng_state); S_dmask is empty unless return_softmax. out is
-    of q's dtype, or fp32 for fp16/bf16 q with out_dtype float32 (see _out_dtype)."""
+    of q's dtype, or fp32 for fp16/bf16 q with out_dtype float32 (see _out_dtype). sinks: fp32
+    (H) or None (check_sinks)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     return_softmax = _args.boolean("return_softmax", return_softmax)
@@ -333,18 +357,19 @@ def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_siz
     _rank_check(k, "k", (4,), "(batch, seqlen_k, nheads_k, headdim)")
     _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim)")
     B, Sq, H, D = q.shape
+    sinks = check_sinks(sinks, H)
     out = bk.empty((B, Sq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((B, H, Sq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
     names = ("q", "k", "v", "out", "softmax_lse")
     views, keep = _views(bk, list(zip(names, (q, k, v, out, lse))))
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views), sinks)
     _lib.forward(p, *views, work=_work(q, k.shape[1]), keep=keep)
     if return_softmax:
         S = _probs_dmask(bk, q, k, None, None, None, None, p, dropout_p, softmax_scale,
                          causal, window_size_left, window_size_right, softcap, alibi_slopes,
-                         seed, offset)
+                         seed, offset, sinks)
     else:
         S = bk.empty((0,), like=q)
     return out, lse, S, bk.rng_state(seed, offset, like=q)
@@ -354,9 +379,9 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
                               max_seqlen_k, dropout_p, softmax_scale, causal,
                               window_size_left=-1, window_size_right=-1, softcap=0.0,
                               alibi_slopes=None, return_softmax=False, block_table=None,
-                              leftpad_k=None, seqused_k=None, out_dtype=None):
-    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state); out_dtype as
-    flash_attn_forward's (not with block_table)."""
+                              leftpad_k=None, seqused_k=None, out_dtype=None, sinks=None):
+    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state); out_dtype and
+    sinks as flash_attn_forward's (out_dtype not with block_table)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     max_seqlen_q = _args.seqlen(max_seqlen_q, "max_seqlen_q")
@@ -372,11 +397,12 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
         return _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                      max_seqlen_k, dropout_p, softmax_scale, causal,
                                      window_size_left, window_size_right, softcap, alibi_slopes,
-                                     return_softmax, block_table)
+                                     return_softmax, block_table, sinks)
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     _rank_check(k, "k", (3,), "(total_k, nheads_k, headdim)")
     _rank_check(v, "v", (3,), "(total_k, nheads_k, headdim)")
     Tq, H, D = q.shape
+    sinks = check_sinks(sinks, H)
     out = bk.empty((Tq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((H, Tq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
@@ -384,13 +410,13 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
     views, keep = _views(bk, list(zip(names, (q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse))))
     tq, tk, tv, tcq, tck, to, tl = views
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views), sinks)
     _lib.varlen_forward(p, tq, tk, tv, tcq, tck, max_seqlen_q, max_seqlen_k, to, tl,
                         work=_work(q, min(k.shape[0], max_seqlen_k)), keep=keep)
     if return_softmax:
         S = _probs_dmask(bk, q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                          p, dropout_p, softmax_scale, causal, window_size_left,
-                         window_size_right, softcap, alibi_slopes, seed, offset)
+                         window_size_right, softcap, alibi_slopes, seed, offset, sinks)
     else:
         S = bk.empty((0,), like=q)
     return out, lse, S, bk.rng_state(seed, offset, like=q)
@@ -429,18 +455,21 @@ def _gradients(bk, call, dq, dk, dv):
 
 def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
                         softmax_scale, causal, window_size_left, window_size_right, softcap,
-                        alibi_slopes, deterministic, rng_state=None):
+                        alibi_slopes, deterministic, rng_state=None, sinks=None, dsinks=None):
     """Writes dq, dk, dv (allocated if None) and returns softmax_d = rowsum(dout ∘ out), fp32
-    (B, H, Sq). The backward is always deterministic; `deterministic` is accepted and ignored."""
+    (B, H, Sq). The backward is always deterministic; `deterministic` is accepted and ignored.
+    sinks: the forward's, fp32 (H) or None; dsinks: an fp32 (H) array the sinks' gradient is
+    written to, or None."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
     _args.boolean("deterministic", deterministic)
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
+    sinks = check_sinks(sinks, q.shape[2])
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
     names = ("q", "k", "v", "out", "dout", "softmax_lse")
     views, keep = _views(bk, list(zip(names, (q, k, v, out, dout, softmax_lse))))
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views), sinks, dsinks)
 
     def call(dq_, dk_, dv_):
         grads, _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)], output=True)
@@ -454,7 +483,8 @@ def flash_attn_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout
 def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q,
                                cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                softmax_scale, causal, window_size_left, window_size_right,
-                               softcap, alibi_slopes, deterministic, rng_state=None):
+                               softcap, alibi_slopes, deterministic, rng_state=None, sinks=None,
+                               dsinks=None):
     """Varlen flash_attn_backward; softmax_d is (H, total_q)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
@@ -462,13 +492,14 @@ def flash_attn_varlen_backward(bk, dout, q, k, v, out, softmax_lse, dq, dk, dv, 
     max_seqlen_k = _args.seqlen(max_seqlen_k, "max_seqlen_k")
     _args.boolean("deterministic", deterministic)
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
+    sinks = check_sinks(sinks, q.shape[1])
     dq, dk, dv, seed, offset = _bwd_prologue(bk, q, k, v, dq, dk, dv, dropout_p, rng_state)
     names = ("q", "k", "v", "out", "dout", "softmax_lse", "cu_seqlens_q", "cu_seqlens_k")
     views, keep = _views(bk, list(zip(names, (q, k, v, out, dout, softmax_lse, cu_seqlens_q,
                                               cu_seqlens_k))))
     tq, tk, tv, to, tdo, tl, tcq, tck = views
     p = _params(bk, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                softcap, alibi_slopes, seed, offset, keep, _named(names, views))
+                softcap, alibi_slopes, seed, offset, keep, _named(names, views), sinks, dsinks)
 
     def call(dq_, dk_, dv_):
         (tdq, tdk, tdv), _keep = _views(bk, [("dq", dq_), ("dk", dk_), ("dv", dv_)],
@@ -516,10 +547,10 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, sinks=None):
     """→ (out, softmax_lse) through fa_forward_kvcache; k/v (if given) are appended to
     k_cache/v_cache in place first. cache_seqlens: None, an int >= 0 (seqlen_int), or a (B,)
-    int32 array.
+    int32 array. sinks: fp32 (H) or None.
     softmax_lse is None unless return_softmax_lse (the library then writes none)."""
     wl, wr = _args.window(window_size)
     _, softmax_scale, causal, softcap = _args.attention(0.0, softmax_scale, causal, softcap)
@@ -531,6 +562,7 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
                 "(batch_cache, seqlen_cache, nheads_k, headdim) or paged (num_blocks, "
                 "page_block_size, nheads_k, headdim)")
     B, Sq, H, D = q.shape
+    sinks = check_sinks(sinks, H)
     out = bk.empty((B, Sq, H, D), like=q)
     lse = bk.empty((B, H, Sq), like=q, dtype="f32") if return_softmax_lse else None
     append = k is not None or v is not None
@@ -575,7 +607,7 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     named = [("q", tq), ("out", to), ("softmax_lse", tl)]
     named += [(n, t) for n, t in fields.items() if isinstance(t, _lib.Tensor)]
     p = _params(bk, 0.0, softmax_scale, causal, wl, wr, norm_softcap(softcap), alibi_slopes, 0,
-                0, keep2, named)
+                0, keep2, named, sinks)
     keys = k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])  # per row
     _lib.forward_kvcache(p, tq, kv, to, tl, work=_work(q, keys), keep=(keep, keep2))
     return out, lse
@@ -622,7 +654,7 @@ def flash_attn_combine(bk, out_partial, lse_partial, out=None):
 
 def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                           dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-                          softcap, alibi_slopes, return_softmax, block_table):
+                          softcap, alibi_slopes, return_softmax, block_table, sinks=None):
     """flash_attn_varlen_func with a paged KV cache: k/v (num_blocks, page_block_size, Hk, D),
     block_table (B, max_blocks_per_seq) int32; sequence b's keys are its first
     cu_seqlens_k[b+1] - cu_seqlens_k[b] positions in its pages. One fa_forward_kvcache call per
@@ -661,7 +693,7 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             bk, q[qs:qe][None], k, v, cache_seqlens=ck[b + 1] - ck[b],
             block_table=block_table[b:b + 1], softmax_scale=softmax_scale, causal=causal,
             window_size=(window_size_left, window_size_right), softcap=softcap,
-            alibi_slopes=slopes, return_softmax_lse=True)
+            alibi_slopes=slopes, return_softmax_lse=True, sinks=sinks)
         bk.copy(out[qs:qe], o_b[0])
         bk.copy(lse[:, qs:qe], l_b[0])
     # return_softmax is only asked for with dropout, which the paged path refuses above.

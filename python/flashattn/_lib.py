@@ -31,7 +31,8 @@ __all__ = [
     "lib", "library_path", "version", "build_info", "params",
     "forward", "varlen_forward", "backward", "varlen_backward", "dropout_mask",
     "KvCache", "has_kvcache", "kvcache", "forward_kvcache",
-    "PARAMS_SIZE_V1", "PARAMS_SIZE_V2", "params_struct_size", "device_count", "cuda_available",
+    "PARAMS_SIZE_V1", "PARAMS_SIZE_V2", "PARAMS_SIZE_V3", "params_struct_size", "device_count",
+    "cuda_available",
     "INTERRUPTIBLE_WORK",
 ]
 
@@ -91,7 +92,7 @@ class Params(ctypes.Structure):
         # (FA_ERR_CANCELLED). Set by _call for the calls Ctrl-C must be able to stop.
         ("cancel", ctypes.c_void_p),
         # Attention sinks, fp32 (H), and their gradient (written by the backward); data NULL =
-        # none. No Python API sets them yet: params() leaves them as fa_params_init does.
+        # none.
         ("sinks", Tensor),
         ("dsinks", Tensor),
     ]
@@ -101,6 +102,8 @@ class Params(ctypes.Structure):
 PARAMS_SIZE_V1 = Params.cuda_stream.offset
 # sizeof(fa_params) before cancel was appended: such libraries cannot be interrupted.
 PARAMS_SIZE_V2 = Params.cancel.offset
+# sizeof(fa_params) before sinks were appended: such libraries know no attention sinks.
+PARAMS_SIZE_V3 = Params.sinks.offset
 
 _PARAMS_BUFFER = 1024  # bytes: room for fields a newer library may have appended
 
@@ -321,13 +324,15 @@ def params_struct_size():
 
 
 def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, softcap=0.0,
-           alibi=None, dropout_p=0.0, seed=0, offset=0, cuda_stream=None):
+           alibi=None, dropout_p=0.0, seed=0, offset=0, cuda_stream=None, sinks=None,
+           dsinks=None):
     """An fa_params filled by fa_params_init and then with these values, as a ctypes buffer.
 
     softmax_scale None means the default 1/sqrt(D). The C library reads 0 as "default", so an
     explicit 0.0 is passed as the smallest positive float, which gives the same (uniform)
-    probabilities. alibi is a Tensor or None. cuda_stream is a cudaStream_t as an int (None or 0:
-    the legacy default stream); it needs a library that knows the field."""
+    probabilities. alibi, sinks and dsinks are Tensors or None. cuda_stream is a cudaStream_t as
+    an int (None or 0: the legacy default stream); it and the sinks need a library that knows
+    their fields."""
     buf = ctypes.create_string_buffer(_inited("fa_params_init"), _PARAMS_BUFFER)
     p = Params.from_buffer(buf)
     if p.struct_size < PARAMS_SIZE_V1 or p.struct_size > _PARAMS_BUFFER:
@@ -342,6 +347,16 @@ def params(softmax_scale=None, causal=False, window_left=-1, window_right=-1, so
                 f"without cuda_stream); CUDA tensors need a newer libflashattn", status=-8,
                 status_name="FA_ERR_DEVICE")
         p.cuda_stream = int(cuda_stream)
+    if sinks is not None or dsinks is not None:
+        if p.struct_size <= PARAMS_SIZE_V3:
+            raise FlashAttnRuntimeError(
+                f"learnable_sink: the loaded library ({_lib_path}, version {version()}) predates "
+                f"attention sinks (its fa_params is {p.struct_size} bytes); sinks need a newer "
+                f"libflashattn")
+        if sinks is not None:
+            p.sinks = sinks
+        if dsinks is not None:
+            p.dsinks = dsinks
     if softmax_scale is not None:
         s = float(softmax_scale)
         if s == 0.0:
@@ -385,7 +400,7 @@ def _call(fn, args, what, p, work, keep):
         _check(fn(*args), what)
         return
     fp = Params.from_buffer(p)
-    if fp.struct_size < ctypes.sizeof(Params):  # a library without params.cancel
+    if fp.struct_size <= PARAMS_SIZE_V2:  # a library without params.cancel
         _check(fn(*args), what)
         return
     flag = ctypes.c_int32(0)

@@ -145,15 +145,16 @@ _TB = TorchBackend
 
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
          softmax_scale: float, causal: bool, window_size_left: int, window_size_right: int,
-         softcap: float, alibi_slopes: Optional[torch.Tensor], return_softmax: bool
+         softcap: float, alibi_slopes: Optional[torch.Tensor], return_softmax: bool,
+         sinks: Optional[torch.Tensor] = None
          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _core.flash_attn_forward(_TB, q, k, v, dropout_p, softmax_scale, causal,
                                     window_size_left, window_size_right, softcap, alibi_slopes,
-                                    return_softmax)
+                                    return_softmax, sinks=sinks)
 
 
 def _fwd_fake(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
-              softcap, alibi_slopes, return_softmax):
+              softcap, alibi_slopes, return_softmax, sinks=None):
     B, Sq, H, D = q.shape
     Sk = k.shape[1]
     out = q.new_empty((B, Sq, H, D))
@@ -169,18 +170,19 @@ def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
                 alibi_slopes: Optional[torch.Tensor] = None, return_softmax: bool = False,
                 block_table: Optional[torch.Tensor] = None,
                 leftpad_k: Optional[torch.Tensor] = None,
-                seqused_k: Optional[torch.Tensor] = None
+                seqused_k: Optional[torch.Tensor] = None,
+                sinks: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _core.flash_attn_varlen_forward(
         _TB, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
-        return_softmax, block_table, leftpad_k, seqused_k)
+        return_softmax, block_table, leftpad_k, seqused_k, sinks=sinks)
 
 
 def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                      softmax_scale, causal, window_size_left=-1, window_size_right=-1,
                      softcap=0.0, alibi_slopes=None, return_softmax=False, block_table=None,
-                     leftpad_k=None, seqused_k=None):
+                     leftpad_k=None, seqused_k=None, sinks=None):
     Tq, H, D = q.shape
     B = cu_seqlens_q.shape[0] - 1
     out = q.new_empty((Tq, H, D))
@@ -252,7 +254,8 @@ def _packed_grad(shape, dim, like, new=_new_real):
 # unbound into flash_attn_func got a wrong dq through the mutating op (fine in eager and
 # aot_eager, and on torch 2.15); the functional op is right on both versions.
 # pack: 0 → (dq, dk, dv); 3 → (dqkv, ∅, ∅) for packed qkv; 2 → (dq, dkv, ∅) for packed kv, where
-# the packed dimension sits before the heads (q.dim() - 2) and ∅ is an empty tensor.
+# the packed dimension sits before the heads (q.dim() - 2) and ∅ is an empty tensor. With sinks
+# (fp32 (H)) a fourth result is their gradient dsinks (fp32 (H)); ∅ without.
 
 
 def _grads(q, k, v, pack, new):
@@ -275,18 +278,26 @@ def _bwd_grads(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
                out: torch.Tensor, softmax_lse: torch.Tensor, dropout_p: float,
                softmax_scale: float, causal: bool, window_size_left: int, window_size_right: int,
                softcap: float, alibi_slopes: Optional[torch.Tensor],
-               rng_state: Optional[torch.Tensor], pack: int
-               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               rng_state: Optional[torch.Tensor], pack: int,
+               sinks: Optional[torch.Tensor] = None
+               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     result, (dq, dk, dv) = _grads(q, k, v, pack, _new_real)
+    dsinks = _dsinks(sinks, q, _new_real)
     _core.flash_attn_backward(_TB, dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p,
                               softmax_scale, causal, window_size_left, window_size_right,
-                              softcap, alibi_slopes, True, rng_state)
-    return result
+                              softcap, alibi_slopes, True, rng_state, sinks,
+                              None if sinks is None else dsinks)
+    return result + (dsinks,)
+
+
+def _dsinks(sinks, q, new):
+    return q.new_empty((0,)) if sinks is None else new(sinks, tuple(sinks.shape))
 
 
 def _bwd_grads_fake(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, causal,
-                    window_size_left, window_size_right, softcap, alibi_slopes, rng_state, pack):
-    return _grads(q, k, v, pack, _new_fake)[0]
+                    window_size_left, window_size_right, softcap, alibi_slopes, rng_state, pack,
+                    sinks=None):
+    return _grads(q, k, v, pack, _new_fake)[0] + (_dsinks(sinks, q, _new_fake),)
 
 
 def _varlen_bwd_grads(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -295,20 +306,23 @@ def _varlen_bwd_grads(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                       dropout_p: float, softmax_scale: float, causal: bool,
                       window_size_left: int, window_size_right: int, softcap: float,
                       alibi_slopes: Optional[torch.Tensor], rng_state: Optional[torch.Tensor],
-                      pack: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      pack: int, sinks: Optional[torch.Tensor] = None
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     result, (dq, dk, dv) = _grads(q, k, v, pack, _new_real)
+    dsinks = _dsinks(sinks, q, _new_real)
     _core.flash_attn_varlen_backward(
         _TB, dout, q, k, v, out, softmax_lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k,
         max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left,
-        window_size_right, softcap, alibi_slopes, True, rng_state)
-    return result
+        window_size_right, softcap, alibi_slopes, True, rng_state, sinks,
+        None if sinks is None else dsinks)
+    return result + (dsinks,)
 
 
 def _varlen_bwd_grads_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k,
                            max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                            window_size_left, window_size_right, softcap, alibi_slopes, rng_state,
-                           pack):
-    return _grads(q, k, v, pack, _new_fake)[0]
+                           pack, sinks=None):
+    return _grads(q, k, v, pack, _new_fake)[0] + (_dsinks(sinks, q, _new_fake),)
 
 
 def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -318,31 +332,31 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              cache_batch_idx: Optional[torch.Tensor], cache_leftpad: Optional[torch.Tensor],
              block_table: Optional[torch.Tensor], softmax_scale: float, causal: bool,
              window_size_left: int, window_size_right: int, softcap: float,
-             rotary_interleaved: bool, alibi_slopes: Optional[torch.Tensor], num_splits: int
-             ) -> Tuple[torch.Tensor, torch.Tensor]:
+             rotary_interleaved: bool, alibi_slopes: Optional[torch.Tensor], num_splits: int,
+             sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                          cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                          causal, window_size_left, window_size_right, softcap, rotary_interleaved,
-                         alibi_slopes, num_splits, True)
+                         alibi_slopes, num_splits, sinks, True)
 
 
 def _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
                   cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                   window_size_left, window_size_right, softcap, rotary_interleaved, alibi_slopes,
-                  num_splits, want_lse):
+                  num_splits, sinks, want_lse):
     """_kvcache's work; a plain eager call that returns no lse (want_lse False) skips it."""
     if cache_seqlens is None and cache_seqlen >= 0:
         cache_seqlens = cache_seqlen
     return _core.flash_attn_with_kvcache(
         _TB, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, (window_size_left, window_size_right),
-        softcap, rotary_interleaved, alibi_slopes, num_splits, want_lse)
+        softcap, rotary_interleaved, alibi_slopes, num_splits, want_lse, sinks)
 
 
 def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                   cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                   causal, window_size_left, window_size_right, softcap, rotary_interleaved,
-                  alibi_slopes, num_splits):
+                  alibi_slopes, num_splits, sinks=None):
     B, Sq, H, D = q.shape
     return q.new_empty((B, Sq, H, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
 
@@ -469,7 +483,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, sinks=None):
     seqlen = -1
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         seqlen, cache_seqlens = _core.seqlen_int(cache_seqlens), None
@@ -479,9 +493,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, seqlen,
             cache_batch_idx, cache_leftpad, block_table, _scale(softmax_scale, q), causal, wl, wr,
             softcap, _args.boolean("rotary_interleaved", rotary_interleaved), alibi_slopes,
-            _args.integer("num_splits", num_splits, _args.INT32_MIN, _args.INT32_MAX))
+            _args.integer("num_splits", num_splits, _args.INT32_MIN, _args.INT32_MAX), sinks)
     if _plain_eager((q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                     cache_batch_idx, cache_leftpad, block_table, alibi_slopes)):
+                     cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sinks)):
         out, lse = _kvcache_call(*args, return_softmax_lse)
         if k is not None or v is not None:  # written in place, as the op would record
             torch.autograd.graph.increment_version(k_cache)
@@ -514,24 +528,43 @@ def _outputs(ctx, out, lse, S, return_softmax):
     return out, lse, S
 
 
+def sinks_arg(learnable_sink, s_aux):
+    """The sinks of a public call: learnable_sink (flash-attn's name) or s_aux (vLLM's and
+    transformers'), not both; a float tensor, made fp32 here so that autograd returns the
+    gradient in the caller's dtype."""
+    if learnable_sink is not None and s_aux is not None:
+        raise FlashAttnValueError("learnable_sink and s_aux name the same sinks; pass one")
+    x = learnable_sink if learnable_sink is not None else s_aux
+    if x is None:
+        return None
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise FlashAttnTypeError(f"learnable_sink: expected a floating-point torch.Tensor of "
+                                 f"shape (nheads,); got {getattr(x, 'dtype', type(x).__name__)}")
+    return x.to(torch.float32)
+
+
+def _dsinks_out(ctx, sinks, dsinks):
+    return dsinks if sinks is not None and ctx.needs_input_grad[-1] else None
+
+
 class FlashAttnFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                alibi_slopes, deterministic, return_softmax):
+                alibi_slopes, deterministic, return_softmax, sinks=None):
         softmax_scale = _scale(softmax_scale, q)
         out, lse, S, rng = _forward_op(q, k, v, dropout_p, softmax_scale, causal,
                                        window_size[0], window_size[1], softcap, alibi_slopes,
-                                       return_softmax and dropout_p > 0)
-        ctx.save_for_backward(q, k, v, out, lse, rng)
+                                       return_softmax and dropout_p > 0, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, rng, sinks)
         ctx.args = (dropout_p, softmax_scale, causal, window_size[0], window_size[1], softcap,
                     alibi_slopes)
         return _outputs(ctx, out, lse, S, return_softmax)
 
     @staticmethod
     def backward(ctx, dout, *args):
-        q, k, v, out, lse, rng = ctx.saved_tensors
-        dq, dk, dv = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 0)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        q, k, v, out, lse, rng, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 0, sinks)
+        return (dq, dk, dv) + (None,) * 8 + (_dsinks_out(ctx, sinks, dsinks),)
 
 
 class FlashAttnQKVPackedFunc(torch.autograd.Function):
@@ -551,7 +584,7 @@ class FlashAttnQKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, *args):
         q, k, v, out, lse, rng = ctx.saved_tensors
-        dqkv, _, _ = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 3)
+        dqkv, _, _, _ = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 3)
         return dqkv, None, None, None, None, None, None, None, None
 
 
@@ -572,7 +605,7 @@ class FlashAttnKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, *args):
         q, k, v, out, lse, rng = ctx.saved_tensors
-        dq, dkv, _ = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 2)
+        dq, dkv, _, _ = _bwd_grads_op(dout, q, k, v, out, lse, *ctx.args, rng, 2)
         return dq, dkv, None, None, None, None, None, None, None, None
 
 
@@ -580,13 +613,13 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                return_softmax, block_table):
+                return_softmax, block_table, sinks=None):
         softmax_scale = _scale(softmax_scale, q)
         out, lse, S, rng = _varlen_forward_op(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size[0], window_size[1], softcap, alibi_slopes,
-            return_softmax and dropout_p > 0, block_table)
-        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng)
+            return_softmax and dropout_p > 0, block_table, None, None, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, rng, sinks)
         ctx.args = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size[0],
                     window_size[1], softcap, alibi_slopes)
         ctx.paged = block_table is not None
@@ -597,9 +630,10 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
         if ctx.paged:
             raise NotImplementedError("flashattn: no backward through a paged KV cache "
                                       "(block_table)")
-        q, k, v, out, lse, cu_q, cu_k, rng = ctx.saved_tensors
-        dq, dk, dv = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args, rng, 0)
-        return (dq, dk, dv) + (None,) * 13
+        q, k, v, out, lse, cu_q, cu_k, rng, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args,
+                                                  rng, 0, sinks)
+        return (dq, dk, dv) + (None,) * 13 + (_dsinks_out(ctx, sinks, dsinks),)
 
 
 class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
@@ -620,7 +654,8 @@ class FlashAttnVarlenQKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, *args):
         q, k, v, out, lse, cu, rng = ctx.saved_tensors
-        dqkv, _, _ = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu, cu, *ctx.args, rng, 3)
+        dqkv, _, _, _ = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu, cu, *ctx.args, rng,
+                                             3)
         return (dqkv,) + (None,) * 10
 
 
@@ -643,6 +678,6 @@ class FlashAttnVarlenKVPackedFunc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, *args):
         q, k, v, out, lse, cu_q, cu_k, rng = ctx.saved_tensors
-        dq, dkv, _ = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args, rng,
-                                          2)
+        dq, dkv, _, _ = _varlen_bwd_grads_op(dout, q, k, v, out, lse, cu_q, cu_k, *ctx.args,
+                                             rng, 2)
         return (dq, dkv) + (None,) * 12

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _args, _core
 from ._core import NumpyBackend as _NP
-from ._lib import FlashAttnTypeError
+from ._lib import FlashAttnTypeError, FlashAttnValueError
 
 __all__ = [
     "flash_attn_func",
@@ -147,6 +147,19 @@ def _checked(dropout_p, softmax_scale, causal, window_size, softcap, determinist
             _args.boolean("return_attn_probs", return_attn_probs))
 
 
+def _np_sinks(learnable_sink, s_aux):
+    """The sinks of a call on NumPy arrays (see _torch_api.sinks_arg): a float array, as fp32."""
+    if learnable_sink is not None and s_aux is not None:
+        raise FlashAttnValueError("learnable_sink and s_aux name the same sinks; pass one")
+    x = learnable_sink if learnable_sink is not None else s_aux
+    if x is None:
+        return None
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f" and str(x.dtype) != "bfloat16":
+        raise FlashAttnTypeError(f"learnable_sink: expected a floating-point numpy.ndarray of "
+                                 f"shape (nheads,); got {getattr(x, 'dtype', type(x).__name__)}")
+    return x.astype(np.float32)
+
+
 def _result(res, return_attn_probs):
     out, lse, S, _ = res
     return (out, lse, S) if return_attn_probs else out
@@ -192,7 +205,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, *, learnable_sink=None, s_aux=None):
     """Exact attention softmax(softmax_scale · q kᵀ + masks) v, fused and tiled.
 
     Arguments:
@@ -211,6 +224,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             -slope · |i + seqlen_k - seqlen_q - j| to the score.
         deterministic: accepted for compatibility; the backward is always deterministic.
         return_attn_probs: also return softmax_lse and S_dmask (testing only).
+        learnable_sink (alias s_aux; keyword only): (nheads,) float attention sinks (gpt-oss,
+            flash-attn 4): sinks[h] is one more logit in every softmax row of head h, with no
+            value, so out_i = sum_j p_ij v_j with p_ij = exp(s_ij) / (sum_j exp(s_ij) +
+            exp(sinks[h])); softmax_lse includes it. Computed in fp32; differentiable.
     Return:
         out: (batch_size, seqlen_q, nheads, headdim), q's dtype.
         softmax_lse [if return_attn_probs]: (batch_size, nheads, seqlen_q) fp32, natural-log
@@ -229,10 +246,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     if _is_numpy(q):
         return _result(_core.flash_attn_forward(
             _NP, q, k, v, dropout_p, softmax_scale, causal, window_size[0], window_size[1],
-            softcap, alibi_slopes, return_attn_probs and dropout_p > 0), return_attn_probs)
-    return _torch_for(q, "q").FlashAttnFunc.apply(
+            softcap, alibi_slopes, return_attn_probs and dropout_p > 0,
+            sinks=_np_sinks(learnable_sink, s_aux)), return_attn_probs)
+    T = _torch_for(q, "q")
+    return T.FlashAttnFunc.apply(
         q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-        deterministic, return_attn_probs)
+        deterministic, return_attn_probs, T.sinks_arg(learnable_sink, s_aux))
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -280,7 +299,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *,
+                           learnable_sink=None, s_aux=None):
     """Variable-length attention over sequences packed along the first dimension.
 
     q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim); sequence b's queries
@@ -290,7 +310,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     max_seqlen_q, max_seqlen_k). With block_table (batch_size, max_blocks_per_seq) int32, k and
     v are a paged cache (num_blocks, page_block_size, nheads_k, headdim) and sequence b's keys
     are the first cu_seqlens_k[b+1] - cu_seqlens_k[b] positions of its pages (forward only, no
-    dropout). max_seqlen_q/_k: integers in [0, 2**63 - 1], bounds on the sequence lengths."""
+    dropout). max_seqlen_q/_k: integers in [0, 2**63 - 1], bounds on the sequence lengths.
+    learnable_sink / s_aux: (nheads,) attention sinks, as flash_attn_func's."""
     dropout_p, softmax_scale, causal, window_size, softcap, deterministic, return_attn_probs = \
         _checked(dropout_p, softmax_scale, causal, window_size, softcap, deterministic,
                  return_attn_probs)
@@ -300,11 +321,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return _result(_core.flash_attn_varlen_forward(
             _NP, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size[0], window_size[1], softcap, alibi_slopes,
-            return_attn_probs and dropout_p > 0, block_table), return_attn_probs)
-    return _torch_for(q, "q").FlashAttnVarlenFunc.apply(
+            return_attn_probs and dropout_p > 0, block_table,
+            sinks=_np_sinks(learnable_sink, s_aux)), return_attn_probs)
+    T = _torch_for(q, "q")
+    return T.FlashAttnVarlenFunc.apply(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-        return_attn_probs, block_table)
+        return_attn_probs, block_table, T.sinks_arg(learnable_sink, s_aux))
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
@@ -339,7 +362,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False):
+                            return_softmax_lse=False, *, learnable_sink=None, s_aux=None):
     """Attention of q against a KV cache for inference (no backward), appending k/v to the
     cache in place first: flash-attn's flash_attn_with_kvcache.
 
@@ -364,6 +387,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             to each row's seqlen_k = cache_seqlens + seqlen_new - leftpad.
         num_splits: accepted for compatibility (the CPU splits long caches in fixed chunks).
         return_softmax_lse: also return softmax_lse (batch_size, nheads, seqlen_q).
+        learnable_sink / s_aux: (nheads,) attention sinks, as flash_attn_func's.
     Return:
         out (batch_size, seqlen_q, nheads, headdim), or (out, softmax_lse).
     """
@@ -371,9 +395,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         out, lse = _core.flash_attn_with_kvcache(
             _NP, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
             cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
-            softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+            softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+            _np_sinks(learnable_sink, s_aux))
         return (out, lse) if return_softmax_lse else out
-    return _torch_for(q, "q").flash_attn_with_kvcache(
+    T = _torch_for(q, "q")
+    return T.flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+        T.sinks_arg(learnable_sink, s_aux))

@@ -9,7 +9,10 @@ are built from it.
 
 q (B, Sq, H, D), k and v (B, Sk, Hk, D), any float dtype (computed in fp64). lse is (B, H, Sq);
 probs (B, H, Sq, Sk) are the softmax probabilities before dropout. A row with no visible key has
-out = 0, lse = -inf and zero probabilities.
+out = 0, lse = -inf and zero probabilities. With sinks (H,) (gpt-oss's attention sinks,
+flash-attn's learnable_sink), sinks[h] is one more logit in every softmax row of head h, with no
+value: probabilities shrink by the sink's share, lse includes it (a row with no visible key then
+has lse = sinks[h]), and the backward also returns dsinks (H,).
 """
 
 import numpy as np
@@ -38,12 +41,13 @@ def _f64(x):
 
 
 def attention_ref(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                  alibi_slopes=None, dropout_p=0.0, dropout_keep=None, dout=None):
+                  alibi_slopes=None, dropout_p=0.0, dropout_keep=None, dout=None, sinks=None):
     """Forward (and, with dout, backward) of attention in fp64.
 
     dropout_keep: (B, H, Sq, Sk) bool, True where a probability is kept (e.g. from
     flashattn.dropout_mask); kept ones are scaled by 1/(1 - dropout_p). alibi_slopes: (H,) or
-    (B, H). Returns (out, lse, probs) or, with dout, (out, lse, probs, (dq, dk, dv)), all fp64."""
+    (B, H). sinks: (H,) or None. Returns (out, lse, probs) or, with dout, (out, lse, probs,
+    (dq, dk, dv)) — (dq, dk, dv, dsinks) with sinks — all fp64."""
     q, k, v, dout = _f64(q), _f64(k), _f64(v), _f64(dout)
     B, Sq, H, D = q.shape
     Sk, Hk = k.shape[1], k.shape[2]
@@ -69,9 +73,14 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1
     s = np.where(vis[None, None], s, -np.inf)
 
     m = s.max(axis=-1, keepdims=True) if Sk > 0 else np.full((B, H, Sq, 1), -np.inf)
+    if sinks is not None:
+        sink = _f64(sinks)[None, :, None, None]  # (1, H, 1, 1)
+        m = np.maximum(m, sink)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(s - m_safe)  # exp(-inf) = 0 for masked keys
     l = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        l = l + np.exp(sink - m_safe)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(l > 0, e / np.where(l > 0, l, 1.0), 0.0)
         lse = np.where(l[..., 0] > 0, np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0))
@@ -101,16 +110,24 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1
     dkh = scale * np.einsum("bhqk,bqhd->bkhd", ds, q)
     dk = dkh.reshape(B, Sk, Hk, g, D).sum(axis=3)
     dv = dvh.reshape(B, Sk, Hk, g, D).sum(axis=3)
-    return out, lse, p, (dq, dk, dv)
+    if sinks is None:
+        return out, lse, p, (dq, dk, dv)
+    # The sink's probability exp(sink - lse) enters every row's denominator: dsink_h =
+    # -sum_{b,i} p_sink · rowsum(P ∘ dP) (rowsum(dO ∘ O)).
+    with np.errstate(invalid="ignore"):
+        psink = np.where(np.isfinite(lse), np.exp(sink[..., 0] - lse), 0.0)
+    dsinks = -(psink * (p * dp).sum(axis=-1)).sum(axis=(0, 2))
+    return out, lse, p, (dq, dk, dv, dsinks)
 
 
 def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None, causal=False,
                          window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
-                         dropout_keep=None, dout=None):
+                         dropout_keep=None, dout=None, sinks=None):
     """attention_ref over packed sequences: q (total_q, H, D), k and v (total_k, Hk, D),
     cu_seqlens (B + 1). Returns out (total_q, H, D), lse (H, total_q), probs (B, H, max_sq,
-    max_sk) (sequence b in [:Sq_b, :Sk_b]) and, with dout, (dq, dk, dv). Rows outside every
-    sequence get out = 0, lse = -inf and zero gradients. dropout_keep is (B, H, max_sq, max_sk)."""
+    max_sk) (sequence b in [:Sq_b, :Sk_b]) and, with dout, (dq, dk, dv) (and dsinks with sinks).
+    Rows outside every sequence get out = 0, lse = -inf and zero gradients. dropout_keep is
+    (B, H, max_sq, max_sk)."""
     q, k, v, dout = _f64(q), _f64(k), _f64(v), _f64(dout)
     cu_q = np.asarray(cu_seqlens_q, dtype=np.int64)
     cu_k = np.asarray(cu_seqlens_k, dtype=np.int64)
@@ -123,7 +140,11 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None
     out = np.zeros_like(q)
     lse = np.full((H, q.shape[0]), -np.inf)
     probs = np.zeros((B, H, msq, msk))
-    grads = (np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)) if dout is not None else None
+    grads = None
+    if dout is not None:
+        grads = (np.zeros_like(q), np.zeros_like(k), np.zeros_like(v))
+        if sinks is not None:
+            grads += (np.zeros(H),)
     for b in range(B):
         qs, qe, ks, ke = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
         slopes = None
@@ -135,7 +156,8 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None
         r = attention_ref(q[None, qs:qe], k[None, ks:ke], v[None, ks:ke],
                           softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                           softcap=softcap, alibi_slopes=slopes, dropout_p=dropout_p,
-                          dropout_keep=keep, dout=None if dout is None else dout[None, qs:qe])
+                          dropout_keep=keep, dout=None if dout is None else dout[None, qs:qe],
+                          sinks=sinks)
         out[qs:qe] = r[0][0]
         lse[:, qs:qe] = r[1][0]
         probs[b, :, :qe - qs, :ke - ks] = r[2][0]
@@ -143,6 +165,8 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None
             grads[0][qs:qe] += r[3][0][0]
             grads[1][ks:ke] += r[3][1][0]
             grads[2][ks:ke] += r[3][2][0]
+            if sinks is not None:
+                grads[3][:] += r[3][3]
     if dout is None:
         return out, lse, probs
     return out, lse, probs, grads
@@ -167,7 +191,7 @@ def rotary_ref(x, cos, sin, positions, interleaved=True):
 def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                 cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                 softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                rotary_interleaved=True, alibi_slopes=None):
+                rotary_interleaved=True, alibi_slopes=None, sinks=None):
     """flash_attn_with_kvcache in fp64 on copies: returns (out, lse, k_cache', v_cache') where
     the caches have k/v (rotated, if rotary) appended at cache_seqlens. Batch b attends over its
     row's positions [leftpad_b, cache_seqlens[b] + seqlen_new)."""
@@ -220,6 +244,6 @@ def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin
             slopes = a[b] if a.ndim == 2 else a
         r = attention_ref(qb[None], keys[None], vals[None], softmax_scale=softmax_scale,
                           causal=causal, window_size=window_size, softcap=softcap,
-                          alibi_slopes=slopes)
+                          alibi_slopes=slopes, sinks=sinks)
         out[b], lse[b] = r[0][0], r[1][0]
     return out, lse, kc, vc
