@@ -185,3 +185,23 @@ def test_torch_errors(torch):
         flash_attn_func(tq, tk, tv, learnable_sink=torch.zeros(2, dtype=torch.int32))
     with pytest.raises(FlashAttnValueError, match=r"\(nheads,\) = \(2,\)"):
         flash_attn_func(tq, tk, tv, s_aux=torch.zeros(5))
+
+
+def test_torch_opcheck_with_sinks(torch):
+    from flashattn.flash_attn_interface import _torch
+
+    _torch()  # registers the ops (flashattn may have been imported before torch)
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    ops = torch.ops.flashattn_c
+    q, k, v, sinks, dout = (torch.from_numpy(x) for x in _inputs("opcheck", 2, 5, 6, 4, 2, 8))
+    args = (q, k, v, 0.0, 8 ** -0.5, True, -1, -1, 0.0, None, False, sinks)
+    torch.library.opcheck(ops._flash_attn_forward, args, test_utils=(
+        "test_schema", "test_faketensor", "test_aot_dispatch_static"))
+    out, lse, _, rng = ops._flash_attn_forward(*args)
+    grads = ops._flash_attn_backward_grads(dout, q, k, v, out, lse, 0.0, 8 ** -0.5, True, -1, -1,
+                                           0.0, None, rng, 0, sinks)
+    assert grads[3].shape == (4,) and grads[3].dtype == torch.float32
+    torch.library.opcheck(ops._flash_attn_backward_grads, (
+        dout, q, k, v, out, lse, 0.0, 8 ** -0.5, True, -1, -1, 0.0, None, rng, 0, sinks),
+        test_utils=("test_schema", "test_faketensor"))
