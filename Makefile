@@ -123,7 +123,8 @@ FUZZ_TOOL     = tools
 fuzz-build:
 	@mkdir -p $(FUZZ_BUILD)/seeds-elf
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_explain.c $(FUZZ_TOOL)/explain/logclass.c \
-	    $(FUZZ_TOOL)/explain/logread.c $(FUZZ_TOOL)/elf/demangle.c $(FUZZ_TOOL)/cli/json.c \
+	    $(FUZZ_TOOL)/explain/logmsg.c $(FUZZ_TOOL)/explain/logread.c \
+	    $(FUZZ_TOOL)/elf/demangle.c $(FUZZ_TOOL)/cli/json.c \
 	    $(FUZZ_TOOL)/wheel/releases.c $(FUZZ_TOOL)/probe/envutil.c -ldl \
 	    -o $(FUZZ_BUILD)/fuzz_explain
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elf/elfread.c \

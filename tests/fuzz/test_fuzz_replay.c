@@ -12,6 +12,7 @@
 #include "../../tools/elf/demangle.c"
 #include "../../tools/elf/elfread.c"
 #include "../../tools/explain/logclass.c"
+#include "../../tools/explain/logmsg.c"
 #include "../../tools/explain/logread.c"
 #include "../../tools/probe/envutil.c"
 #include "../../tools/wheel/releases.c"
@@ -84,10 +85,12 @@ int main(void) {
     if (!src)
         src = "..";
 
-    CASE_BEGIN("replay the explain corpus and the log fixtures");
+    CASE_BEGIN("replay the explain fuzz corpus, the log fixtures and the real-log corpus");
     snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/explain", src);
     n = replay_dir(dir, fa_fuzz_explain);
     snprintf(dir, sizeof dir, "%s/tests/tools/explain/logs", src);
+    n += replay_dir(dir, fa_fuzz_explain);
+    snprintf(dir, sizeof dir, "%s/tests/tools/explain/corpus", src);
     n += replay_dir(dir, fa_fuzz_explain);
     CHECK_MSG(n >= 30, "only %d inputs found under %s", n, src);
     CASE_END();

@@ -271,6 +271,13 @@ static void fix_for(const logc_result *r, fixbuf *b) {
                "CUDA toolkit. (nvcc -allow-unsupported-compiler skips the check at your own "
                "risk.)",
                mx, mx, mx, mx, mx);
+        } else if (!strcmp(rule, "gcc_ice")) {
+            fx(b,
+               "gcc crashed (an internal compiler error) on the code nvcc generated%s%s. Old gcc "
+               "releases (7.x, 8.x) crash on flash-attn's templates: build with gcc >= 9 "
+               "(apt-get install gcc-11 g++-11; export CC=gcc-11 CXX=g++-11). If the crash names "
+               "'Killed' or a signal, it is memory instead: lower MAX_JOBS.",
+               r->gcc_ver[0] ? "; the log shows gcc " : "", r->gcc_ver);
         } else if (!strcmp(rule, "gcc11_cuda11")) {
             fx(b,
                "A known incompatibility between CUDA 11.x nvcc and gcc 11's <functional>. Build "
@@ -282,6 +289,9 @@ static void fix_for(const logc_result *r, fixbuf *b) {
                   "conda-forge gxx=11) and export CC=gcc-11 CXX=g++-11.");
         }
     } else if (!strcmp(c, "msvc")) {
+        if (!strcmp(rule, "cl_missing"))
+            fx(b, "cl.exe, the MSVC compiler, is not on PATH: run the build from an 'x64 Native "
+                  "Tools Command Prompt for VS 2022' (or call vcvars64.bat first). ");
         fx(b, "A Windows/MSVC build problem. flash-attn publishes no official Windows wheels; a "
               "source build needs Visual Studio 2022 Build Tools with the C++ workload, the CUDA "
               "toolkit, and DISTUTILS_USE_SDK=1 in an 'x64 Native Tools' prompt, and takes hours. "
@@ -378,6 +388,15 @@ static void fix_for(const logc_result *r, fixbuf *b) {
                   "that the version exists and that this Python is within its python_requires "
                   "(>= 3.9 from 2.7.1.post2; the 2.8.x wheels cover 3.9-3.13). Pin an existing "
                   "release, e.g. flash-attn==2.8.3.");
+        else if (!strcmp(rule, "pkg_pin"))
+            fx(b, "The installed flash-attn works; another package refuses its version at import "
+                  "(see the evidence for the range it accepts). Install a flash-attn inside that "
+                  "range (pip install 'flash-attn==X' --no-build-isolation, or its wheel from "
+                  "`flashattn wheel --version X`), or upgrade the package that pins it.");
+        else if (!strcmp(d, "flash_attn.flash_attention"))
+            fx(b, "The code imports flash_attn.flash_attention, a flash-attn 1.x module that 2.x "
+                  "removed: install flash-attn 1.x for it (pip install 'flash-attn<2') or port "
+                  "the code to flash_attn.modules.mha / flash_attn_func.");
         else if (!strcmp(rule, "hf_min"))
             fx(b, "transformers needs a newer flash-attn than the one installed: pip install -U "
                   "flash-attn --no-build-isolation (or the wheel `flashattn wheel` names).");
@@ -385,6 +404,15 @@ static void fix_for(const logc_result *r, fixbuf *b) {
             fx(b, "Another package pins a different flash-attn (or torch) version than the one "
                   "being installed (see the evidence). Install the versions it requires, or "
                   "install flash-attn last with --no-deps after checking its torch requirement.");
+    } else if (!strcmp(c, "windows_long_path")) {
+        fx(b,
+           "pip could not write a file of the flash-attn source tree: its path is %s characters, "
+           "past Windows' 260-character limit. Enable long paths (as administrator: reg add "
+           "HKLM\\SYSTEM\\CurrentControlSet\\Control\\FileSystem /v LongPathsEnabled /t "
+           "REG_DWORD /d 1 /f, then open a new prompt), or build from a short directory "
+           "(set TMP=C:\\t and TEMP=C:\\t). flash-attn publishes no Windows wheels; WSL2 "
+           "with the Linux wheel avoids the build.",
+           d[0] ? d : "over 250");
     } else if (r->tier == 0) {
         fx(b,
            "No error found in %llu lines. If the problem is at run time, run `flashattn "
@@ -417,11 +445,14 @@ static void print_text(const char *src, const logc_result *r, const char *fix) {
     printf("flashattn explain: %s (%llu lines, %llu bytes%s)\n", src, (unsigned long long)r->lines,
            (unsigned long long)r->bytes, r->truncated_lines ? ", long lines cut" : "");
     printf("class:    %s\n", r->cls);
+    printf("language: %s\n", r->lang[0] ? r->lang : "en");
     if (r->n_evidence) {
         printf("line:     %llu\n", (unsigned long long)r->line_no);
         printf("evidence:\n");
         for (i = 0; i < r->n_evidence; i++)
             printf("  %s\n", r->evidence[i]);
+        if (r->english[0])
+            printf("  (in English: %s)\n", r->english);
     }
     if (r->demangled[0])
         printf("symbol:   %s\n", r->demangled);
@@ -432,13 +463,20 @@ static void print_json(const logc_result *r, const char *fix) {
     int i;
     printf("{\"class\": ");
     json_string(stdout, r->cls);
+    printf(", \"language\": ");
+    json_string(stdout, r->lang[0] ? r->lang : "en");
     printf(", \"evidence\": [");
     for (i = 0; i < r->n_evidence; i++) {
         if (i)
             printf(", ");
         json_string(stdout, r->evidence[i]);
     }
-    printf("], \"fix\": ");
+    printf("], \"evidence_english\": ");
+    if (r->english[0])
+        json_string(stdout, r->english);
+    else
+        printf("null");
+    printf(", \"fix\": ");
     json_string(stdout, fix);
     printf("}\n");
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../elf/demangle.h"
+#include "logmsg.h"
 #include "logread.h"
 
 const char *const logc_class_names[] = {
@@ -49,6 +50,7 @@ const char *const logc_class_names[] = {
     "wheel_download_failed",
     "triton_mismatch",
     "version_pin",
+    "windows_long_path",
     "unknown",
     NULL,
 };
@@ -63,7 +65,8 @@ enum logc_handler {
     H_LIBOPEN, /* "X: cannot open shared object file" */
     H_VERNF,   /* "version `X' not found" */
     H_KILLED,  /* a line that is just "Killed" */
-    H_EXC      /* "SomeError: message" at the start of a line */
+    H_EXC,     /* "SomeError: message" at the start of a line */
+    H_WINPATH  /* "No such file or directory: 'C:\\...'": a path past Windows' MAX_PATH */
 };
 
 #define ICASE 1u
@@ -85,7 +88,10 @@ static const logc_rule rules[] = {
     {NULL, 0, 0, H_NONE, "Cuda compilation tools, release ", "context"},
     {NULL, 0, 0, H_NONE, "torch.__version__", "context"},
     {NULL, 0, 0, H_NONE, "PyTorch (", "context"},
+    {NULL, 0, 0, H_NONE, "gcc (", "context"},
 
+    /* setup.py gave up on the download (older releases raise instead of building) */
+    {"wheel_download_failed", 1, 0, H_NONE, "error: <urlopen error", "pip_network"},
     /* tier 4/5 first: these lines must never count as generic errors */
     {"wheel_not_found", 4, 0, H_NONE, "HTTP Error 404", "guess_404"},
     {"wheel_download_failed", 4, 0, H_NONE, "urlopen error", "guess_urlerror"},
@@ -118,12 +124,15 @@ static const logc_rule rules[] = {
     {"triton_mismatch", 1, 0, H_NONE, "has no attribute 'wrap_triton'", "wrap_triton"},
     {"triton_mismatch", 1, 0, H_NONE, "cannot import name*from 'triton", "triton_import"},
     {"triton_mismatch", 1, 0, H_NONE, "module 'triton*has no attribute", "triton_attr"},
+    {"triton_mismatch", 1, 0, H_NONE, "triton*CompilationError", "triton_compile"},
+    {"version_pin", 1, 0, H_NONE, "Requires Flash-Attention version", "pkg_pin"},
 
     /* the toolkit */
     {"cuda_home_missing", 1, 0, H_NONE, "CUDA_HOME environment variable is not set", "cuda_home"},
     {"cuda_home_missing", 1, 0, H_NONE, "nvcc was not found", "fa_no_nvcc"},
     {"unknown", 1, 0, H_HEADER, "fatal error: *No such file or directory", "header"},
     {"unknown", 1, 0, H_HEADER, "cannot open source file", "header"},
+    {"unknown", 1, 0, H_HEADER, "Cannot open include file*No such file or directory", "header"},
     {"missing_cuda_headers", 1, 0, H_NONE, "cannot find -lcu", "cuda_lib"},
     {"submodule_missing", 1, 0, H_NONE, "No such file or directory*csrc/cutlass", "cutlass"},
     {"submodule_missing", 1, 0, H_NONE, "No such file or directory*csrc/composable_kernel", "ck"},
@@ -135,6 +144,8 @@ static const logc_rule rules[] = {
     {"build_deps_missing", 1, 0, H_NONE, "Ninja is required to load C++ extensions", "ninja"},
     {"build_deps_missing", 1, 0, H_NONE, "No such file or directory: 'ninja'", "ninja"},
     {"build_deps_missing", 1, 0, H_NONE, "invalid command 'bdist_wheel'", "wheel"},
+    {"torch_missing_at_build", 1, 0, H_NONE, "depends on `torch`, but doesn't declare it",
+     "uv_hint"},
 
     /* memory */
     {"build_oom", 1, 0, H_NONE, "Killed signal terminated program", "oom"},
@@ -146,12 +157,17 @@ static const logc_rule rules[] = {
     {"build_oom", 1, 0, H_NONE, "std::bad_alloc", "oom"},
     {"build_oom", 1, 0, H_NONE, "non-zero exit status -9", "oom"},
     {"build_oom", 1, 0, H_KILLED, "Killed", "oom"},
+    {"build_oom", 1, 0, H_NONE, "LLVM error*out of memory", "oom"},
+    {"build_oom", 1, 0, H_NONE, "catastrophic error*out of memory", "oom"},
+    /* any other crash of gcc: an old gcc (7.x) with nvcc-generated code */
+    {"gcc_version", 1, 0, H_NONE, "internal compiler error: ", "gcc_ice"},
 
     /* Windows */
     {"msvc", 1, ICASE, H_NONE, "Microsoft Visual C++ 14", "msvc"},
     {"msvc", 1, 0, H_NONE, "error: Microsoft Visual C++", "msvc"},
     {"msvc", 1, 0, H_NONE, "compatible Visual Studio installation", "msvc"},
     {"msvc", 1, 0, H_NONE, "'cl' is not recognized", "msvc"},
+    {"msvc", 1, 0, H_NONE, "Error checking compiler version for cl", "cl_missing"},
     {"msvc", 1, 0, H_NONE, "LINK : fatal error LNK", "msvc"},
     {"msvc", 1, 0, H_NONE, "fatal error C1", "msvc"},
     {"msvc", 1, 0, H_NONE, "): error C", "msvc"},
@@ -193,6 +209,7 @@ static const logc_rule rules[] = {
     {"version_pin", 1, 0, H_NONE, "requires a different Python", "python_range"},
     {"extension_missing", 1, 0, H_NONE, "package flash_attn seems to be not installed", "hf_none"},
     {"version_pin", 2, 0, H_NONE, "which is incompatible", "pip_conflict"},
+    {"unknown", 1, 0, H_WINPATH, "No such file or directory: '", "winpath"},
 
     /* tier 3: markers that follow an error */
     {"unknown", 3, 0, H_NONE, "Error compiling objects for extension", "marker"},
@@ -232,6 +249,13 @@ struct logc {
     uint64_t always[NWORDS]; /* rules with no literal piece */
     logc_result r;
     int have_best;
+    char *tbuf; /* the line in English (logmsg.c) */
+    size_t tcap;
+    /* a traceback whose exception line is missing: its innermost informative frame, and what
+     * pip said around it; used only when no error line was found */
+    const char *frame_cls, *ctx_cls;
+    char frame_ev[LOGC_EVIDENCE_LEN], ctx_ev[LOGC_EVIDENCE_LEN];
+    uint64_t frame_line, ctx_line;
 };
 
 static unsigned char fold(unsigned char c) {
@@ -345,6 +369,7 @@ void logc_free(logc *c) {
     free(c->next);
     free(c->out);
     free(c->has_out);
+    free(c->tbuf);
     free(c);
 }
 
@@ -354,6 +379,7 @@ void logc_reset(logc *c) {
     c->r.rule = "none";
     c->r.ext_abi = -1;
     c->have_best = 0;
+    c->frame_cls = c->ctx_cls = NULL;
 }
 
 /* ---- matching -------------------------------------------------------------------------------- */
@@ -482,6 +508,8 @@ static void handle_module(const char *line, logc_hit *h) {
                                       "ft_attention",
                                       "hopper",
                                       NULL};
+    /* flash-attn 1.x modules that 2.x no longer has: the importing code pins 1.x */
+    static const char *const v1_only[] = {"flash_attn.flash_attention", NULL};
     static const char *const deps[] = {"packaging", "psutil",   "ninja", "wheel", "setuptools",
                                        "einops",    "pybind11", "pip",   NULL};
     const char *p = strstr(line, "No module named ");
@@ -509,6 +537,12 @@ static void handle_module(const char *line, logc_hit *h) {
         h->cls = "triton_mismatch";
         return;
     }
+    for (i = 0; v1_only[i]; i++) {
+        if (!strcmp(mod, v1_only[i])) {
+            h->cls = "version_pin";
+            return;
+        }
+    }
     for (i = 0; ext[i]; i++) {
         if (!strcmp(top, ext[i])) {
             h->cls = "extension_missing";
@@ -531,6 +565,10 @@ static void handle_header(const char *line, logc_hit *h) {
     if (p) {
         p += strlen("fatal error: ");
         copy_str(hdr, sizeof hdr, p, token_len(p, ":"));
+    } else if ((p = strstr(line, "Cannot open include file: ")) != NULL) {
+        p += strlen("Cannot open include file: ");
+        p += strspn(p, " \"'");
+        copy_str(hdr, sizeof hdr, p, token_len(p, "\"'"));
     } else if ((p = strstr(line, "cannot open source file")) != NULL) {
         p += strlen("cannot open source file");
         p += strspn(p, " \"'");
@@ -554,6 +592,8 @@ static void handle_header(const char *line, logc_hit *h) {
         h->cls = "submodule_missing";
     else if (!strcmp(hdr, "Python.h"))
         h->cls = "build_deps_missing";
+    else if (starts_with(hdr, "ATen/") || starts_with(hdr, "c10/") || starts_with(hdr, "torch/"))
+        h->cls = "torch_version_mismatch"; /* a torch older (or newer) than the code expects */
     else if (starts_with(hdr, "cu") || starts_with(hdr, "nv") || starts_with(hdr, "thrust/") ||
              starts_with(hdr, "crt/") || starts_with(hdr, "cub/") || starts_with(hdr, "math_") ||
              starts_with(hdr, "device_") || starts_with(hdr, "vector_types"))
@@ -623,6 +663,32 @@ static int handle_killed(const char *line) {
     return p[strspn(p, " \t")] == '\0';
 }
 
+/* pip's "No such file or directory: 'C:\\Users\\...'" for a path longer than Windows'
+ * MAX_PATH (260) without long paths enabled: the file exists in the sdist, Windows cannot open
+ * it. Shorter paths stay a generic error. */
+static void handle_winpath(const char *line, logc_hit *h) {
+    const char *p = strstr(line, "No such file or directory: '");
+    size_t n = 0;
+    h->cls = "unknown";
+    h->tier = 2;
+    if (!p)
+        return;
+    p += strlen("No such file or directory: '");
+    if (!((p[0] >= 'A' && p[0] <= 'Z') || (p[0] >= 'a' && p[0] <= 'z')) || p[1] != ':' ||
+        p[2] != '\\')
+        return;
+    for (; *p && *p != '\''; p++) {
+        if (p[0] == '\\' && p[1] == '\\')
+            p++; /* Python's repr doubles the backslashes */
+        n++;
+    }
+    if (n >= 250) {
+        h->cls = "windows_long_path";
+        h->tier = 1;
+        snprintf(h->detail, sizeof h->detail, "%zu", n);
+    }
+}
+
 /* "ModuleNotFoundError: ..." / "torch.cuda.OutOfMemoryError: ..." at the start of the line. */
 static int handle_exc(const char *line) {
     const char *p = line + strspn(line, " \t");
@@ -631,6 +697,67 @@ static int handle_exc(const char *line) {
         return 0;
     return (n >= 5 && !strncmp(p + n - 5, "Error", 5)) ||
            (n >= 9 && !strncmp(p + n - 9, "Exception", 9));
+}
+
+/* Frames that say what failed when a traceback is cut off before its exception line: a
+ * function name or a path piece, and the class it means (innermost informative frame wins). */
+static const struct {
+    const char *func, *path, *cls;
+} frame_rules[] = {
+    /* setup.py runs $CUDA_HOME/bin/nvcc -V inside subprocess: nvcc is not there */
+    {"get_cuda_bare_metal_version", NULL, "nvcc_missing"},
+    {"raise_if_cuda_home_none", NULL, "cuda_home_missing"},
+    /* a PEP 517 hook in pip's isolated build env: flash-attn's setup.py imports torch */
+    {"get_requires_for_build_wheel", NULL, "torch_missing_at_build"},
+    {NULL, "triton/compiler", "triton_mismatch"},
+    {NULL, "triton\\compiler", "triton_mismatch"},
+};
+
+/* Lines pip prints around a traceback that say which step failed, for the same use. */
+static const struct {
+    const char *text, *cls;
+} context_rules[] = {
+    {"Getting requirements to build wheel did not run successfully", "torch_missing_at_build"},
+};
+
+static void copy_evidence(char *dst, const char *line, size_t len) {
+    while (len && (*line == ' ' || *line == '\t')) {
+        line++;
+        len--;
+    }
+    copy_str(dst, LOGC_EVIDENCE_LEN, line, len);
+}
+
+/* `File "PATH", line N, in FUNC`: notes the frame when it is informative. A new traceback or
+ * an exception line forgets the frames before it. */
+static void note_frame(logc *c, const char *line, size_t len, uint64_t line_no) {
+    const char *p = strstr(line, "File \""), *q, *fn;
+    size_t i;
+    for (i = 0; i < sizeof context_rules / sizeof context_rules[0]; i++)
+        if (strstr(line, context_rules[i].text) && !c->ctx_cls) {
+            c->ctx_cls = context_rules[i].cls;
+            copy_evidence(c->ctx_ev, line, len);
+            c->ctx_line = line_no;
+        }
+    if (strstr(line, "Traceback (most recent call last)") || handle_exc(line)) {
+        c->frame_cls = NULL;
+        return;
+    }
+    if (!p || !(q = strstr(p + 6, "\", line ")) || !(fn = strstr(q, ", in ")))
+        return;
+    fn += strlen(", in ");
+    for (i = 0; i < sizeof frame_rules / sizeof frame_rules[0]; i++) {
+        const char *m = frame_rules[i].path ? strstr(p, frame_rules[i].path) : NULL;
+        int hit = frame_rules[i].func
+                      ? !strncmp(fn, frame_rules[i].func, strlen(frame_rules[i].func))
+                      : m && m < q;
+        if (hit) {
+            c->frame_cls = frame_rules[i].cls;
+            copy_evidence(c->frame_ev, line, len);
+            c->frame_line = line_no;
+            return;
+        }
+    }
 }
 
 /* Context worth knowing whatever the verdict. */
@@ -673,6 +800,11 @@ static void note_context(logc_result *r, const char *line) {
         p += 9;
         copy_str(r->cuda_torch, sizeof r->cuda_torch, p, token_len(p, ")"));
     }
+    p = line + strspn(line, " \t");
+    if (!strncmp(p, "gcc (", 5) && (p = strchr(p, ')')) != NULL && !r->gcc_ver[0]) {
+        p += strspn(p, ") ");
+        copy_str(r->gcc_ver, sizeof r->gcc_ver, p, token_len(p, " "));
+    }
     if ((p = strstr(line, "gcc versions later than ")) != NULL && !r->gcc_max[0]) {
         p += strlen("gcc versions later than ");
         copy_str(r->gcc_max, sizeof r->gcc_max, p, token_len(p, " "));
@@ -705,8 +837,26 @@ void logc_feed(logc *c, const char *line, size_t len, uint64_t line_no) {
     size_t i, w, st = 0;
     int any = 0;
     logc_result *r = &c->r;
+    const char *orig = line, *lang;
+    size_t orig_len = len;
     r->lines++;
     r->bytes += len + 1;
+    /* a localized message is matched in English; the original is what the evidence quotes */
+    if (c->tcap < 2 * len + 64) {
+        char *t = realloc(c->tbuf, 2 * len + 64);
+        if (t) {
+            c->tbuf = t;
+            c->tcap = 2 * len + 64;
+        }
+    }
+    lang = c->tcap >= 2 * len + 64 ? logm_to_english(line, len, c->tbuf, c->tcap) : NULL;
+    if (lang) {
+        if (!r->lang[0])
+            copy_str(r->lang, sizeof r->lang, lang, strlen(lang));
+        line = c->tbuf;
+        len = strlen(c->tbuf);
+    }
+    note_frame(c, line, len, line_no);
     memcpy(cand, c->always, sizeof cand);
     for (i = 0; i < len; i++) {
         st = c->next[st][fold((unsigned char)line[i])];
@@ -754,6 +904,9 @@ void logc_feed(logc *c, const char *line, size_t len, uint64_t line_no) {
             if (!handle_exc(line))
                 continue;
             break;
+        case H_WINPATH:
+            handle_winpath(line, &h);
+            break;
         default:
             break;
         }
@@ -768,15 +921,34 @@ void logc_feed(logc *c, const char *line, size_t len, uint64_t line_no) {
             r->ext_abi = h.ext_abi;
             copy_str(r->detail, sizeof r->detail, h.detail, strlen(h.detail));
             copy_str(r->demangled, sizeof r->demangled, h.demangled, strlen(h.demangled));
-            add_evidence(r, line, len);
+            add_evidence(r, orig, orig_len);
+            r->english[0] = '\0';
+            if (lang)
+                copy_evidence(r->english, line, len);
         } else if (h.tier == r->tier && !strcmp(h.cls, r->cls) && r->tier <= 2) {
-            add_evidence(r, line, len);
+            add_evidence(r, orig, orig_len);
         }
+        if (h.tier <= 2)
+            c->frame_cls = NULL; /* the traceback had its exception line */
         return; /* the first matching rule decides the line */
     }
 }
 
-void logc_result_get(const logc *c, logc_result *out) { *out = c->r; }
+void logc_result_get(const logc *c, logc_result *out) {
+    const char *cls = c->frame_cls ? c->frame_cls : c->ctx_cls;
+    *out = c->r;
+    if (!cls || (out->tier != 0 && out->tier < 3))
+        return;
+    /* no error line: the cut-off traceback's frames, else pip's words, say what failed */
+    out->cls = cls;
+    out->tier = 2;
+    out->rule = c->frame_cls ? "frame" : "pip_step";
+    out->line_no = c->frame_cls ? c->frame_line : c->ctx_line;
+    out->n_evidence = 1;
+    out->detail[0] = out->english[0] = '\0';
+    copy_str(out->evidence[0], LOGC_EVIDENCE_LEN, c->frame_cls ? c->frame_ev : c->ctx_ev,
+             strlen(c->frame_cls ? c->frame_ev : c->ctx_ev));
+}
 
 static int classify(logr *rd, logc_result *out) {
     logc *c = logc_new();

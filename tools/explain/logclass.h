@@ -14,8 +14,11 @@
  *      source build, or before a successful one)
  *   5  "Precompiled wheel not found. Building from source..."
  * The answer is the earliest line of the best (lowest) tier, so cascades of compiler errors and
- * the tracebacks that follow the real error never win over it. The log is streamed; memory is
- * bounded by the line cap.
+ * the tracebacks that follow the real error never win over it. A log with no line of tier 1 or
+ * 2 whose last traceback lost its exception line is classified from that traceback's innermost
+ * informative frame (or the pip step that failed), at tier 2. Lines in another language are
+ * matched in English (logmsg.h); the evidence quotes the original and `english` its meaning.
+ * The log is streamed; memory is bounded by the line cap.
  */
 #ifndef FA_TOOLS_LOGCLASS_H
 #define FA_TOOLS_LOGCLASS_H
@@ -45,6 +48,9 @@ typedef struct logc_result {
     char torch_version[64];                 /* "torch.__version__  = 2.4.0+cu121" */
     char cuda_detected[32], cuda_torch[32]; /* torch's CUDA version mismatch message */
     char gcc_max[16];                       /* "gcc versions later than 12 are not supported" */
+    char gcc_ver[32];                       /* "gcc (GCC) 7.5.0" banner: "7.5.0" */
+    char lang[8];                           /* language of the first translated message, or "" */
+    char english[LOGC_EVIDENCE_LEN];        /* the first evidence line in English, if translated */
     uint64_t lines, bytes, truncated_lines;
 } logc_result;
 

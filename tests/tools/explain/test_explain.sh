@@ -2,7 +2,7 @@
 # test_explain.sh FLASHATTN SRCDIR — `flashattn explain` end to end:
 #   - every fixture in tests/tools/explain/logs/ gets the class its name starts with (CLASS--what.log),
 #     and every class name has a fixture; --json output is one valid JSON object with exactly
-#     the keys class, evidence, fix;
+#     the keys class, language, evidence, evidence_english, fix;
 #   - malformed input: an empty file, binary garbage (an ELF file, random bytes), a 100 MB log
 #     generated on the fly and streamed through a pipe (bounded memory: run under a 256 MB
 #     address-space limit unless sanitizers are on), 1 MB lines, a missing file;
@@ -21,7 +21,7 @@ bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 
 # JSON outputs are collected and validated by one Python run at the end (when there is one).
 n_json=0
-json_check() { # file: must be one JSON object with exactly class/evidence/fix
+json_check() { # file: one JSON object, keys class/language/evidence/evidence_english/fix
     n_json=$((n_json + 1))
     cp "$1" "$TMP/json.$n_json"
 }
@@ -41,7 +41,7 @@ done
 for c in $("$FA" explain --list-classes); do
     ls "$LOGS/$c--"*.log > /dev/null 2>&1 && ok || bad "no fixture for class $c"
 done
-[ "$("$FA" explain --list-classes | wc -l)" -eq 25 ] && ok || bad "--list-classes count"
+[ "$("$FA" explain --list-classes | wc -l)" -eq 26 ] && ok || bad "--list-classes count"
 
 # the buried ones: the evidence is the real first error, not the noise after it
 "$FA" explain "$LOGS/build_oom--cc1plus_killed_buried.log" > "$TMP/o" &&
@@ -64,6 +64,26 @@ flat() { tr '\n' ' ' < "$1" | tr -s ' '; } # the text output wrapped back into o
 printf 'Guessing wheel URL:  https://github.com/Dao-AILab/flash-attention/releases/download/v2.8.3/flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl\nurllib.error.HTTPError: HTTP Error 404: Not Found\n' |
     "$FA" explain > "$TMP/o" && flat "$TMP/o" | grep -q "part of the 2.8.3 release, so the 404 points at the download" && ok ||
     bad "guessed wheel: published"
+
+# localized gcc/glibc/bash messages (tools/explain/logmsg.c) read as English, language named
+while IFS='|' read -r lang want line; do
+    printf '%s\n' "$line" | "$FA" explain > "$TMP/o" && grep -q "^class:    $want\$" "$TMP/o" &&
+        grep -q "^language: $lang\$" "$TMP/o" && grep -q "(in English: " "$TMP/o" && ok ||
+        bad "localized $lang: $(head -3 "$TMP/o" | tr '\n' ' ')"
+done <<'LOCALIZED'
+zh_CN|missing_cuda_headers|x.cu:1:10: 致命错误：cuda_runtime.h：没有那个文件或目录
+de|missing_cuda_headers|x.cu:1:10: schwerwiegender Fehler: cuda_runtime.h: Datei oder Verzeichnis nicht gefunden
+ja|missing_cuda_headers|x.cu:1:10: 致命的エラー: cuda_runtime.h: そのようなファイルやディレクトリはありません
+ko|missing_cuda_headers|x.cu:1:10: fatal error: cuda_runtime.h: 그런 파일이나 디렉터리가 없습니다
+ru|missing_cuda_headers|x.cu:1:10: фатальная ошибка: cuda_runtime.h: Нет такого файла или каталога
+es|missing_cuda_headers|x.cu:1:10: error fatal: cuda_runtime.h: No existe el fichero o el directorio
+fr|missing_cuda_headers|x.cu:1:10: erreur fatale: cuda_runtime.h : Aucun fichier ou dossier de ce nom
+pt_BR|missing_cuda_headers|x.cu:1:10: fatal error: cuda_runtime.h: Arquivo ou diretório inexistente
+zh_CN|nvcc_missing|/bin/sh: 1: nvcc: 未找到命令
+ru|nvcc_missing|bash: nvcc: команда не найдена
+es|nvcc_missing|bash: nvcc: orden no encontrada
+de|nvcc_missing|bash: nvcc: Kommando nicht gefunden
+LOCALIZED
 
 # 2. stdin, empty, missing
 "$FA" explain < "$LOGS/gpu_unsupported--turing_t4.log" > "$TMP/o" && grep -q "^class:    gpu_unsupported" "$TMP/o" && ok || bad "stdin"
@@ -126,7 +146,7 @@ if [ -n "$PY" ]; then
 import json, sys
 for path in sys.argv[1:]:
     d = json.load(open(path, encoding="utf-8"))
-    assert set(d) == {"class", "evidence", "fix"}, (path, d.keys())
+    assert set(d) == {"class", "language", "evidence", "evidence_english", "fix"}, (path, d.keys())
     assert isinstance(d["class"], str) and isinstance(d["fix"], str) and d["fix"], path
     assert isinstance(d["evidence"], list) and all(isinstance(x, str) for x in d["evidence"]), path
 print("JSON: %d documents valid" % (len(sys.argv) - 1))
