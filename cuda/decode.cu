@@ -11,8 +11,9 @@
  * chunk the CTA writes every row's partial (m, l, o[D]) in fp32 to scratch, from the chunk's
  * keys alone; the combine kernel (a warp a row) merges the chunks that meet the row's band in
  * chunk order: global max first, then l and o summed in chunk order, out = o / l,
- * lse = (m + log2 l) ln 2. A chunk's partial does not depend on which CTA makes it and the
- * combine always runs, so out and lse have the same bits for any split count. No atomics.
+ * lse = (m + log2 l) ln 2, and then the sink, once (fwd_row.h's fa__sink_join). A chunk's
+ * partial does not depend on which CTA makes it and the combine always runs, so out and lse
+ * have the same bits for any split count. No atomics.
  *
  * Inside a chunk, tiles of T keys (T·D·sizeof(elem) <= 16 KB, T in 16..128, a power of two)
  * go through shared memory, K and V double-buffered by cp.async: the 16-byte copies of a tile
@@ -408,19 +409,20 @@ static __global__ void __launch_bounds__(kDecThreads)
                     o[e] = fmaf(prm.po[rec * D + lane + 32 * e], f, o[e]);
         }
     }
-    /* l = 0: no key weighs anything, out = 0 and lse = -inf; l = NaN: out and lse NaN */
+    /* l = 0: no key weighs anything, out = 0 and lse = -inf (the sink's, with one); l = NaN:
+     * out and lse NaN */
     const bool none = l == 0.0f;
-    const float inv = none ? 0.0f : 1.0f / l;
+    double lse = none ? -INFINITY : ((double)mx + log2((double)l)) * FA_ROW_LN2;
+    const double sink = fa__sink_of(&p, h);
+    const float inv = sink != -INFINITY ? fa__sink_join(&lse, l, sink) : none ? 0.0f : 1.0f / l;
     const int64_t at = fa__row_at(&p.out, b, i, h);
 #pragma unroll
     for (int e = 0; e < FA_ROW_MAX_D / 32; ++e)
         if (lane + 32 * e < D)
             fa__row_store(p.out.data, p.out.dtype, at + (lane + 32 * e) * p.out.sd,
                           none ? 0.0f : o[e] * inv);
-    if (p.lse && lane == 0) {
-        const double lse = none ? -INFINITY : ((double)mx + log2((double)l)) * FA_ROW_LN2;
+    if (p.lse && lane == 0)
         p.lse[b * p.lse_sb + h * p.lse_sh + i * p.lse_ss] = (float)lse;
-    }
 }
 
 static int fa_dec_es(int32_t dt) { return dt == FA_DTYPE_F32 ? 4 : 2; }

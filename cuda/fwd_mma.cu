@@ -50,8 +50,9 @@
  *                              has a new max
  *     O += P V(n)              P from S's registers, ldmatrix.x4.trans for V
  *   out = O / l with 16-byte stores staged through the warp's own Q rows, lse = (m + log2 l) ln 2
- * A row that sees no key (l = 0) gets out = 0 and lse = -inf. An fp32 out (a flag of the
- * parameters, not a kernel of its own) takes O / l unrounded, stored from the registers.
+ * A row that sees no key (l = 0) gets out = 0 and lse = -inf. A sink joins each row there
+ * (fa_row_factor). An fp32 out (a flag of the parameters, not a kernel of its own) takes O / l
+ * unrounded, stored from the registers.
  */
 #include "flashattn.h"
 #include "kernels.h"
@@ -79,6 +80,8 @@ typedef struct fa_mma_params {
     const int32_t *cu_q, *cu_k; /* NULL: fixed length */
     const float *alibi;         /* NULL: none */
     int64_t alibi_sb, alibi_sh;
+    const float *sinks; /* NULL: none; head h's at sinks[h·sinks_sh] */
+    int64_t sinks_sh;
     /* KV cache (problem.h; NULL when absent): the lengths, and the indices K and V share */
     const int32_t *seqlens_k, *kv_row_off, *kv_batch, *block_table;
     int64_t bt_stride;
@@ -205,6 +208,26 @@ static __device__ __forceinline__ bool fa_block_nonfinite(const fa_mma_params &p
     return (any & 0x80008000u) != 0;
 }
 
+/* out = O · factor and *lse for a row of head h with softmax sum l (l = 0: the caller writes
+ * out = 0) and keys' lse *lse (-inf at l = 0), the head's sink joined when it has one:
+ * lse = logaddexp(lse, sink), factor = 2^(L2 - lse2) / l in the exp2 domain. In fp32 with the
+ * fast exp2/log2 the key loop uses (fwd_row.h joins in fp64): fp64 here spilled the kernels. */
+static __device__ __forceinline__ float fa_row_factor(const fa_mma_params &prm, unsigned h, float l,
+                                                      float *lse) {
+    const float sink = prm.sinks ? prm.sinks[h * prm.sinks_sh] : -INFINITY;
+    if (sink == -INFINITY)
+        return __fdividef(1.0f, l);
+    if (l == 0.0f) {
+        *lse = sink;
+        return 0.0f;
+    }
+    const float keys2 = *lse * FA_LOG2E_F, sink2 = sink * FA_LOG2E_F;
+    const float mx = fmaxf(keys2, sink2); // a NaN keys2 stays NaN below
+    const float joined2 = mx + __log2f(fa_exp2(keys2 - mx) + fa_exp2(sink2 - mx));
+    *lse = joined2 * FA_LN2_F;
+    return __fdividef(fa_exp2(keys2 - joined2), l);
+}
+
 /* The CTA's rows, one thread a row, one key at a time (the arithmetic of cuda/fwd_row.h on this
  * kernel's scores: S in the exp2 domain, softcap and ALiBi as the key loop has them), with O in
  * shared memory ([kD][kBlockM] fp32, over the tiles: the key loop is done with them). Only the
@@ -252,7 +275,8 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
             }
         }
         const bool none = l == 0.0f; // as the key loop's epilogue
-        const float inv = __fdividef(1.0f, l);
+        float lse = none ? -INFINITY : (m + __log2f(l)) * FA_LN2_F;
+        const float inv = fa_row_factor(prm, h, l, &lse);
         char *out = prm.o + b * prm.o_sb + (int64_t)(rq + i) * prm.o_ss + h * prm.o_sh;
         for (int d = 0; d < D; d += 2) {
             const float o0 = none ? 0.0f : *o(d) * inv, o1 = none ? 0.0f : *o(d + 1) * inv;
@@ -262,8 +286,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
                 *(uint32_t *)(out + 2 * d) = fa_pack2<kBf16>(o0, o1);
         }
         if (prm.lse)
-            prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
-                none ? -INFINITY : (m + __log2f(l)) * FA_LN2_F;
+            prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] = lse;
     }
 }
 
@@ -578,7 +601,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
              * and lse = -inf. l = NaN (a NaN or +Inf score it sees: 2^NaN, 2^(inf - inf)):
              * out and lse NaN. Else l >= 1. */
             const bool none = l == 0.0f;
-            const float inv = __fdividef(1.0f, l);
+            float lse = none ? -INFINITY : (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F;
+            const float inv = fa_row_factor(prm, h, l, &lse);
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt) {
                 acc_o[mt][dt][2 * hf] = none ? 0.0f : acc_o[mt][dt][2 * hf] * inv;
@@ -586,8 +610,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
             }
             const int i = i0 + wrow + mt * 16 + hf * 8 + g;
             if (prm.lse && t == 0 && i < sq)
-                prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] =
-                    none ? -INFINITY : (row_m[mt][hf] * mult + __log2f(l)) * FA_LN2_F;
+                prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] = lse;
         }
     }
     char *o = prm.o + b * prm.o_sb + ((int64_t)rq + i0 + wrow) * prm.o_ss + h * prm.o_sh;
@@ -741,6 +764,8 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.cu_k = cu_k_dev;
     prm.alibi = p->alibi;
     prm.alibi_sb = p->alibi_sb, prm.alibi_sh = p->alibi_sh;
+    prm.sinks = p->sinks;
+    prm.sinks_sh = p->sinks_sh;
     const bool paged = p->k.block_table != nullptr;
     prm.seqlens_k = p->seqlens_k;
     prm.kv_row_off = p->k.row_off;

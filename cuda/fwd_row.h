@@ -19,6 +19,9 @@
  *                                          (drop: p / (1 - dropout_p) if kept, else 0)
  *   out = o / l,  lse = (m + log2 l) * ln 2;  l = 0 (no visible key, or every score -inf):
  *   out = 0, lse = -inf.
+ *   A sink s_h (p->sinks, finite) joins the row after the key loop (fa__sink_join), in fp64 as
+ *   src/cpu/fwd.c's write_row: lse = logaddexp(L, s_h) with L the keys' lse, out = o / l ·
+ *   exp(L - lse); l = 0: out = 0, lse = s_h.
  * Non-finite scores (docs/semantics.md): a NaN is never a maximum, but its p = 2^NaN is NaN, and
  * a +Inf score becomes m, with p = 2^(inf - inf) = NaN; either makes l, o, out and lse NaN.
  * This is the arithmetic of src/cpu/fwd.c (fa__score_scales, fa__score_epilogue, the band of
@@ -56,6 +59,24 @@ FA_HD int64_t fa__row_at(const fa__view *x, int64_t b, int64_t s, int64_t h) {
 /* Word `lane` (0..3) of a Philox draw, without indexing (which would put it in local memory). */
 FA_HD uint32_t fa__row_word(fa__philox4 w, int64_t lane) {
     return lane == 0 ? w.v[0] : lane == 1 ? w.v[1] : lane == 2 ? w.v[2] : w.v[3];
+}
+
+/* The sink of query head h, -inf for none. */
+FA_HD double fa__sink_of(const fa__problem *p, int64_t h) {
+    return p->sinks ? (double)p->sinks[h * p->sinks_sh] : -INFINITY;
+}
+
+/* Joins a finite sink to a row whose keys' lse is *lse (-inf at l = 0, or NaN) and whose
+ * softmax sum is l: *lse becomes logaddexp(*lse, sink) and the result is the factor out = o ·
+ * factor, exp(L - lse) / l in fp64 rounded once (0 at l = 0, where out = 0 and lse = sink). */
+FA_HD float fa__sink_join(double *lse, float l, double sink) {
+    const double keys = *lse;
+    if (l == 0.0f) {
+        *lse = sink;
+        return 0.0f;
+    }
+    *lse = fmax(keys, sink) + log1p(exp(-fabs(keys - sink))); /* NaN keys: NaN */
+    return (float)(exp(keys - *lse) / (double)l);
 }
 
 /* Out row i of query head h in batch b, and its lse when p->lse is set. cu_q/cu_k: the varlen
@@ -121,14 +142,14 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
     /* l = 0: no key weighs anything, out = 0 (also where o is 0 times a non-finite v); l = NaN:
      * out and lse NaN */
     const int none = l == 0.0f;
-    const float inv = none ? 0.0f : 1.0f / l;
+    double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_ROW_LN2;
+    const double sink = fa__sink_of(p, h);
+    const float inv = sink != -INFINITY ? fa__sink_join(&lse, l, sink) : none ? 0.0f : 1.0f / l;
     const int64_t out_at = fa__row_at(&p->out, b, rq + i, h);
     for (int64_t d = 0; d < D; d++)
         fa__row_store(p->out.data, p->out.dtype, out_at + d * p->out.sd, none ? 0.0f : o[d] * inv);
-    if (p->lse) {
-        const double lse = none ? -INFINITY : ((double)m + log2((double)l)) * FA_ROW_LN2;
+    if (p->lse)
         p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
-    }
 }
 
 /* Host side: the rows a forward covers (reads the host copy of cu_q). */

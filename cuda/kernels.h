@@ -110,6 +110,11 @@ int fa__mma_bwd_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
                              const int32_t *cu_q_dev, const int32_t *cu_k_dev, cudaStream_t stream);
 
+/* bwd_simple.cu: p->dsinks from the sinks, the forward's lse and rows' delta (fa__bwd_prepare;
+ * rows->delta may be NULL when p has no row inside a sequence): one CTA a head, fixed order,
+ * fp64 sums, no atomics. p->dsinks must be set. */
+cudaError_t fa__bwd_dsinks(const fa__problem *p, const fa__bwd_rows_in *rows, cudaStream_t stream);
+
 /* Varlen (bwd_simple.cu): dq = 0 on the query rows and dk = dv = 0 on the key rows outside
  * every sequence, which neither backward writes. No-op for fixed length. */
 cudaError_t fa__bwd_clear_outside(const fa__problem *p, cudaStream_t stream);

@@ -296,14 +296,19 @@ static int run_forward(const fa__problem *p, int device, int sm, int d128_block_
 
 /* The backward on the current device (compute capability sm): zeroes the varlen rows outside
  * every sequence, then Δ and lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and
- * dv by the stage-2 kernels where they apply, else stage 1. */
+ * dv by the stage-2 kernels where they apply, else stage 1, and dsinks when asked for. */
 static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t stream, char *msg,
                         size_t cap) {
     cudaError_t e = fa__bwd_clear_outside(p, stream);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "bwd_clear_kernel launch on device %d", device);
-    if (fa__fwd_rows(p) == 0 && fa__bwd_key_rows(p) == 0)
+    if (fa__fwd_rows(p) == 0 && fa__bwd_key_rows(p) == 0) {
+        const fa__bwd_rows_in none = {NULL, NULL, 0};
+        e = p->dsinks ? fa__bwd_dsinks(p, &none, stream) : cudaSuccess;
+        if (e != cudaSuccess)
+            return fail(e, msg, cap, "fa__bwd_dsinks kernel launch on device %d", device);
         return FA_OK;
+    }
     const fa_stream_mem m = stream_mem(device, stream);
     fa_cu_dev cu;
     int st = upload_cu(p, &m, device, &cu, msg, cap);
@@ -327,6 +332,10 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
         what = mma ? "fa__mma_backward" : "fa__simple_backward";
         e = mma ? fa__mma_backward(p, &rows, cu.q, cu.k, stream)
                 : fa__simple_backward(p, &rows, cu.q, cu.k, stream);
+    }
+    if (e == cudaSuccess && p->dsinks) {
+        what = "fa__bwd_dsinks";
+        e = fa__bwd_dsinks(p, &rows, stream);
     }
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);

@@ -231,8 +231,8 @@ typedef struct fa_params {
      * gets out = 0 and lse = sinks[h]; varlen rows outside every sequence stay 0 and -inf.
      * Values must be finite or -inf (-inf: no sink for that head). The backward needs the
      * forward's out and lse computed with the same sinks. fa_forward, fa_varlen_forward,
-     * fa_forward_kvcache, fa_backward and fa_varlen_backward honour it on CPU tensors; with CUDA
-     * tensors they return FA_ERR_UNSUPPORTED. fa_combine knows no sinks: combine partials
+     * fa_forward_kvcache, fa_backward and fa_varlen_backward honour it on CPU and CUDA
+     * tensors. fa_combine knows no sinks: combine partials
      * computed without sinks (each partial with the sink would count it once per partial). */
     fa_tensor sinks;
     /* The sinks' gradient: fp32 (H) on q's device, written by fa_backward and

@@ -234,7 +234,7 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
     sp.in[sp.n_in++] = alibi_span;
     sp.in[sp.n_in++] = sink_in;
     sp.out[sp.n_out++] = sink_out;
-    if ((st = check_devices(params, c)) || (st = fa__check_sinks(params, p, c->q)) ||
+    if ((st = check_devices(params, c)) ||
         (st = fa__check_overlap(sp.out, sp.n_out, sp.in, sp.n_in)))
         return st;
     *api = NULL;
@@ -253,6 +253,7 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         if ((st = read_cu_seqlens(c->cu_q, "cu_seqlens_q", p->total_q, "q", c->max_seqlen_q,
                                   *cu, *api, stream)) ||
             (st = read_cu_seqlens(c->cu_k, "cu_seqlens_k", p->total_k, "k", c->max_seqlen_k,
+    if ((st = fa__check_sinks(params, p, c->q, *api))) return st;
                                   *cu + p->B + 1, *api, stream))) {
             free(*cu);
             *cu = NULL;

@@ -433,8 +433,8 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
         p->lse_sh = lse->stride[1];
         p->lse_ss = lse->stride[2];
     }
-    if ((st = check_devices(c, params, kv, out, lse)) || (st = fa__check_sinks(params, p, q)) ||
-        (st = fa__check_slopes(params, p, c->api)) ||
+    if ((st = check_devices(c, params, kv, out, lse)) ||
+        (st = fa__check_sinks(params, p, q, c->api)) || (st = fa__check_slopes(params, p, c->api)) ||
         (st = fa__check_overlap(c->out, c->n_out, c->in, c->n_in)))
         return st;
 

@@ -6,7 +6,7 @@
  *
  * The core validates every argument first (shapes, strides, dtypes, devices, overlaps, values),
  * so the plug-in receives only well-formed problems. In a problem handed to the plug-in:
- *   - the views' data, lse and alibi are device pointers on `device`;
+ *   - the views' data, lse, alibi, sinks and dsinks are device pointers on `device`;
  *   - cu_q, cu_k and seqlens_k (when not NULL) are HOST arrays, already validated; the plug-in
  *     copies them to the device itself. They stay valid only until the call returns. So are a
  *     KV cache's indices: the views' row_off, block_table and batch_idx, and fa__kvcache_job's
@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 3u /* 2: backward, 3: KV cache and combine */
+#define FA__PLUGIN_ABI_VERSION 4u /* 2: backward, 3: KV cache and combine, 4: sinks */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"
@@ -79,7 +79,8 @@ typedef struct fa__plugin_api {
     int (*dropout_mask)(const fa__problem *p, int device, void *stream, char *msg, size_t cap);
 
     /* fa_backward / fa_varlen_backward: dq, dk and dv written (varlen rows outside every
-     * sequence: 0) from q, k, v, out, dout and the forward's lse, every feature of the forward;
+     * sequence: 0) from q, k, v, out, dout and the forward's lse, every feature of the forward,
+     * and dsinks when p->dsinks is set;
      * deterministic (the same bits on every run). Errors as forward. */
     int (*backward)(const fa__problem *p, int device, void *stream, char *msg, size_t cap);
 

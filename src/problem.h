@@ -64,7 +64,7 @@ typedef struct fa__problem {
     uint32_t dropout_threshold;  /* words below it drop (philox.h) */
     float dropout_scale;         /* 1 / (1 - dropout_p) */
     uint64_t dropout_seed, dropout_offset;
-    /* Attention sinks (CPU only): sink of head h at sinks[h*sinks_sh], NULL = none; the
+    /* Attention sinks: sink of head h at sinks[h*sinks_sh], NULL = none; the
      * backward writes the sinks' gradient to dsinks[h*dsinks_sh] when dsinks is not NULL. */
     const float *sinks;
     int64_t sinks_sh;

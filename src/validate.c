@@ -263,17 +263,9 @@ fa_status fa__resolve_sinks(const fa_params *params, fa__problem *p, int backwar
     return FA_OK;
 }
 
-fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q) {
-    if (!p->sinks) return FA_OK;
-    if (q->device == FA_DEVICE_CUDA)
-        return fa__error(FA_ERR_UNSUPPORTED, "params.sinks: sinks are not supported on CUDA "
-                         "tensors yet");
-    fa_status st;
-    if ((st = fa__check_same_device(&params->sinks, "params.sinks", q, "q")) ||
-        (p->dsinks && (st = fa__check_same_device(&params->dsinks, "params.dsinks", q, "q"))))
-        return st;
+static fa_status check_sink_values(const float *sinks, const fa__problem *p) {
     for (int64_t h = 0; h < p->H; h++) {
-        const float x = p->sinks[h * p->sinks_sh];
+        const float x = sinks[h * p->sinks_sh];
         if (isnan(x) || x == INFINITY)
             return fa__error(FA_ERR_VALUE, "params.sinks[%lld] is %g; sinks must be finite or "
                              "-inf (no sink)", (long long)h, (double)x);
@@ -299,6 +291,22 @@ static fa_status check_slopes(const float *slopes, const fa__problem *p) {
 }
 
 fa_status fa__check_slopes(const fa_params *params, const fa__problem *p,
+fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q,
+                          const fa__plugin_api *api) {
+    if (!p->sinks) return FA_OK;
+    fa_status st;
+    if ((st = fa__check_same_device(&params->sinks, "params.sinks", q, "q")) ||
+        (p->dsinks && (st = fa__check_same_device(&params->dsinks, "params.dsinks", q, "q"))))
+        return st;
+    if (!api) return check_sink_values(p->sinks, p);
+    float *host;
+    st = fa__plugin_download(api, &params->sinks, "params.sinks", fa__params_stream(params),
+                             (void **)&host);
+    if (st == FA_OK) st = check_sink_values(host, p);
+    free(host);
+    return st;
+}
+
                            const fa__plugin_api *api) {
     if (!p->alibi || !api) return check_slopes(p->alibi, p);
     float *host;

@@ -51,9 +51,11 @@ fa_status fa__check_vector(const fa_tensor *t, const char *name, const char *dim
 fa_status fa__resolve_sinks(const fa_params *params, fa__problem *p, int backward,
                             fa__span *in, fa__span *out);
 
-/* With p->sinks: FA_ERR_DEVICE unless sinks (and dsinks) are on q's device, FA_ERR_UNSUPPORTED
- * for CUDA tensors, FA_ERR_VALUE for a NaN or +inf sink. O(H), reads the sinks (host memory). */
-fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q);
+/* With p->sinks: FA_ERR_DEVICE unless sinks (and dsinks) are on q's device, FA_ERR_VALUE for a
+ * NaN or +inf sink. O(H); reads the sinks, through api's copy when they are on a CUDA device
+ * (api: the plug-in, NULL for CPU tensors). */
+fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q,
+                          const fa__plugin_api *api);
 
 /* FA_ERR_VALUE unless every slope of p->alibi (if any) is finite; api: the plug-in when the
  * slopes (params->alibi_slopes) are on a CUDA device, copied to the host for the check, else

@@ -84,6 +84,14 @@ static fa_params params_of(const fa__problem *p) {
         prm.alibi_slopes.stride[0] = p->alibi_sb;
         prm.alibi_slopes.stride[1] = p->alibi_sh;
     }
+    if (p->sinks) {
+        prm.sinks = fa_tensor_contiguous((void *)p->sinks, FA_DTYPE_F32, 1, &p->H);
+        prm.sinks.stride[0] = p->sinks_sh;
+    }
+    if (p->dsinks) {
+        prm.dsinks = fa_tensor_contiguous(p->dsinks, FA_DTYPE_F32, 1, &p->H);
+        prm.dsinks.stride[0] = p->dsinks_sh;
+    }
     return prm;
 }
 

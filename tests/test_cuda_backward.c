@@ -417,6 +417,156 @@ static void group_errors(void) {
     group_line("errors", c0, f0);
 }
 
+/* ---- attention sinks: the device's forward (out, lse) and backward (dq, dk, dv, dsinks) against
+ * the CPU backend's from the same inputs (the CPU's sinks are held to the fp64 reference by
+ * test_sinks.c). A head without a sink (-inf) among them; sq > sk with a window leaves rows
+ * without a visible key (out = 0, lse = the sink). Tolerances: out 2 ulp of the dtype at 1
+ * (|out| <= 1), lse 1e-3 (the tensor-core kernel's fast log2), gradients and dsinks 2e-2 (bf16),
+ * 4e-3 (fp16) or 1e-4 (fp32) of their largest magnitude: the device's P and dS are rounded to
+ * the dtype and its out differs from the CPU's by a rounding, which Δ carries into dsinks. ---- */
+
+typedef struct sink_case {
+    int dtype, varlen, causal, wl, wr;
+    int64_t B, Sq, Sk, H, Hk, D;
+} sink_case;
+
+static void *sink_dev(const void *host, size_t bytes) {
+    void *d = NULL;
+    if (fa_device_alloc(FA_DEVICE_CUDA, g_dev, bytes, &d) != FA_OK) return NULL;
+    fa_device_copy(d, FA_DEVICE_CUDA, host, FA_DEVICE_CPU, g_dev, bytes);
+    return d;
+}
+
+static fa_tensor sink_tensor(void *data, int dtype, int ndim, const int64_t *shape, int cuda) {
+    fa_tensor t = fa_tensor_contiguous(data, dtype, ndim, shape);
+    if (cuda) t.device = FA_DEVICE_CUDA, t.device_index = g_dev;
+    return t;
+}
+
+/* One run on the CPU (cuda 0) or the device from the host inputs in[6] (q, k, v, dout, sinks,
+ * cu_seqlens); results to host arrays res[6] (out, lse, dq, dk, dv, dsinks), poisoned first. */
+static fa_status sink_run(const sink_case *c, int cuda, void *const in[6], const size_t in_b[6],
+                          void *const res[6], const size_t res_b[6]) {
+    const int64_t tq = c->B * c->Sq, tk = c->B * c->Sk;
+    void *d_in[6], *d_res[6];
+    for (int i = 0; i < 6; i++) {
+        d_in[i] = cuda ? sink_dev(in[i], in_b[i]) : in[i];
+        memset(res[i], 0xFF, res_b[i]);
+        d_res[i] = cuda ? sink_dev(res[i], res_b[i]) : res[i];
+    }
+    const int64_t qf[4] = {c->B, c->Sq, c->H, c->D}, kf[4] = {c->B, c->Sk, c->Hk, c->D};
+    const int64_t qv[3] = {tq, c->H, c->D}, kv[3] = {tk, c->Hk, c->D};
+    const int64_t lf[3] = {c->B, c->H, c->Sq}, lv[2] = {c->H, tq}, hs = c->H, cs = c->B + 1;
+    const int nd = c->varlen ? 3 : 4;
+    const int64_t *qs = c->varlen ? qv : qf, *ks = c->varlen ? kv : kf;
+    const fa_tensor q = sink_tensor(d_in[0], c->dtype, nd, qs, cuda);
+    const fa_tensor k = sink_tensor(d_in[1], c->dtype, nd, ks, cuda);
+    const fa_tensor v = sink_tensor(d_in[2], c->dtype, nd, ks, cuda);
+    const fa_tensor dout = sink_tensor(d_in[3], c->dtype, nd, qs, cuda);
+    const fa_tensor cu = sink_tensor(d_in[5], FA_DTYPE_I32, 1, &cs, cuda);
+    const fa_tensor out = sink_tensor(d_res[0], c->dtype, nd, qs, cuda);
+    const fa_tensor lse =
+        sink_tensor(d_res[1], FA_DTYPE_F32, c->varlen ? 2 : 3, c->varlen ? lv : lf, cuda);
+    const fa_tensor dq = sink_tensor(d_res[2], c->dtype, nd, qs, cuda);
+    const fa_tensor dk = sink_tensor(d_res[3], c->dtype, nd, ks, cuda);
+    const fa_tensor dv = sink_tensor(d_res[4], c->dtype, nd, ks, cuda);
+    fa_params p;
+    fa_params_init(&p);
+    p.causal = c->causal, p.window_left = c->wl, p.window_right = c->wr;
+    p.sinks = sink_tensor(d_in[4], FA_DTYPE_F32, 1, &hs, cuda);
+    p.dsinks = sink_tensor(d_res[5], FA_DTYPE_F32, 1, &hs, cuda);
+    fa_status st = c->varlen ? fa_varlen_forward(NULL, &p, &q, &k, &v, &cu, &cu, c->Sq, c->Sk,
+                                                 &out, &lse)
+                             : fa_forward(NULL, &p, &q, &k, &v, &out, &lse);
+    if (st == FA_OK)
+        st = c->varlen ? fa_varlen_backward(NULL, &p, &q, &k, &v, &out, &dout, &lse, &cu, &cu,
+                                            c->Sq, c->Sk, &dq, &dk, &dv)
+                       : fa_backward(NULL, &p, &q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv);
+    for (int i = 0; cuda && i < 6; i++) {
+        fa_device_copy(res[i], FA_DEVICE_CPU, d_res[i], FA_DEVICE_CUDA, g_dev, res_b[i]);
+        fa_device_free(FA_DEVICE_CUDA, g_dev, d_res[i]);
+        fa_device_free(FA_DEVICE_CUDA, g_dev, d_in[i]);
+    }
+    return st;
+}
+
+/* max |a - b| over n elements of dtype (NaN anywhere: infinity) and max |b| into *R. */
+static double sink_diff(int dtype, const void *a, const void *b, int64_t n, double *R) {
+    double d = 0.0;
+    *R = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = tu_load(a, dtype, i), y = tu_load(b, dtype, i);
+        const double e = x == y ? 0.0 : isnan(x) || isnan(y) ? INFINITY : fabs(x - y);
+        d = e > d ? e : d;
+        *R = fabs(y) > *R ? fabs(y) : *R;
+    }
+    return d;
+}
+
+static void sink_check(sink_case c) {
+    const int64_t tq = c.B * c.Sq, tk = c.B * c.Sk, es = (int64_t)tu_dtype_size(c.dtype);
+    const int64_t nq = tq * c.H * c.D, nk = tk * c.Hk * c.D;
+    const size_t in_b[6] = {(size_t)(nq * es), (size_t)(nk * es), (size_t)(nk * es),
+                            (size_t)(nq * es), (size_t)c.H * 4, (size_t)(c.B + 1) * 4};
+    const size_t res_b[6] = {in_b[0], (size_t)(c.H * tq) * 4, in_b[0], in_b[1], in_b[1], in_b[4]};
+    void *in[6], *gpu[6], *cpu[6];
+    for (int i = 0; i < 6; i++) {
+        in[i] = malloc(in_b[i]);
+        gpu[i] = malloc(res_b[i]);
+        cpu[i] = malloc(res_b[i]);
+    }
+    for (int t = 0; t < 4; t++)
+        for (int64_t i = 0; i < (t == 0 || t == 3 ? nq : nk); i++)
+            tu_store(in[t], c.dtype, i, 2.0 * tu_uniform() - 1.0);
+    for (int64_t h = 0; h < c.H; h++)
+        ((float *)in[4])[h] = h % 3 == 2 ? -INFINITY : (float)(2.0 * tu_uniform() + 0.5);
+    for (int64_t b = 0; b <= c.B; b++) /* varlen: one cu_seqlens for q and k (Sq = Sk) */
+        ((int32_t *)in[5])[b] = (int32_t)(b * c.Sq);
+    const fa_status sc = sink_run(&c, 0, in, in_b, cpu, res_b);
+    const fa_status sg = sink_run(&c, 1, in, in_b, gpu, res_b);
+    CASE_BEGIN("sinks, device vs CPU: %s %s B=%lld Sq=%lld Sk=%lld H=%lld Hk=%lld D=%lld causal=%d "
+               "window=(%d, %d)", tu_dtype_name(c.dtype), c.varlen ? "varlen" : "fixed",
+               (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hk,
+               (long long)c.D, c.causal, c.wl, c.wr);
+    CHECK_MSG(sc == FA_OK && sg == FA_OK, "CPU %s, device %s (%s)", fa_status_name(sc),
+              fa_status_name(sg), fa_last_error_message());
+    const double g = c.dtype == FA_DTYPE_BF16 ? 2e-2 : c.dtype == FA_DTYPE_F16 ? 4e-3 : 1e-4;
+    double R, d = sink_diff(c.dtype, gpu[0], cpu[0], nq, &R);
+    CHECK_MSG(d <= 2.0 * tu_ulp(c.dtype, 1.0) + 1e-6, "out: max|gpu - cpu| = %.3g", d);
+    d = 0.0;
+    for (int64_t i = 0; i < c.H * tq; i++) { /* lse: the same -inf, else within 1e-3 */
+        const float x = ((float *)gpu[1])[i], y = ((float *)cpu[1])[i];
+        const double e = x == y ? 0.0 : isfinite(x) && isfinite(y) ? fabs(x - y) : INFINITY;
+        d = e > d ? e : d;
+    }
+    CHECK_MSG(d <= 1e-3, "lse: max|gpu - cpu| = %.3g", d);
+    const char *names[4] = {"dq", "dk", "dv", "dsinks"};
+    const int64_t n[4] = {nq, nk, nk, c.H};
+    for (int t = 0; t < 4; t++) {
+        d = sink_diff(t == 3 ? FA_DTYPE_F32 : c.dtype, gpu[2 + t], cpu[2 + t], n[t], &R);
+        CHECK_MSG(d <= g * R + 1e-6, "%s: max|gpu - cpu| = %.3g (max|cpu| %.3g)", names[t], d, R);
+    }
+    for (int64_t h = 2; h < c.H; h += 3)
+        CHECK_MSG(((float *)gpu[5])[h] == 0.0f, "dsinks[%lld] of a head without a sink: %g",
+                  (long long)h, (double)((float *)gpu[5])[h]);
+    g_failed += !CASE_END();
+    g_cases++;
+    for (int i = 0; i < 6; i++) free(in[i]), free(gpu[i]), free(cpu[i]);
+}
+
+static void group_sinks(void) {
+    const long cases0 = g_cases, failed0 = g_failed;
+    /* GQA, causal, the tensor-core kernels (fp16, bf16) and stage 1 (fp32) */
+    for (int t = 0; t < 3; t++)
+        sink_check((sink_case){k_dtypes[t], 0, 1, -1, -1, 2, 37, 50, 6, 2, 64});
+    /* sq > sk and a window: rows without a visible key; D = 40 */
+    sink_check((sink_case){FA_DTYPE_F16, 0, 0, 2, 0, 2, 30, 12, 3, 1, 40});
+    sink_check((sink_case){FA_DTYPE_F32, 0, 0, 2, 0, 1, 30, 12, 3, 3, 40});
+    /* varlen (sequences of Sq queries and keys), causal */
+    sink_check((sink_case){FA_DTYPE_BF16, 1, 1, -1, -1, 3, 21, 21, 4, 2, 64});
+    group_line("sinks", cases0, failed0);
+}
+
 int main(void) {
     int32_t n = -1;
     const fa_status st = fa_device_count(FA_DEVICE_CUDA, &n);
@@ -438,6 +588,7 @@ int main(void) {
     group_varlen();
     group_nonfinite();
     group_determinism();
+    group_sinks();
 
     for (int t = 0; t < 3; t++) {
         const int dt = k_dtypes[t];

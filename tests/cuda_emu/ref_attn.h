@@ -95,3 +95,24 @@ static double ref_attn_row(const RefRow &r, const double *q, Kf k, Vf v, double 
         out[x] = row_nan ? NAN : l > 0 ? out[x] / l : 0.0;
     return row_nan ? NAN : l > 0 ? m + log(l) : -INFINITY;
 }
+
+/* A sink s (finite) joined to a row of ref_attn_row (out[D], its lse): one more logit with a
+ * zero value vector, so lse' = log(e^lse + e^s) and out · e^(lse - lse'); a row that saw no key
+ * gets lse' = s and keeps out = 0, a NaN row stays NaN. Returns lse'. */
+static inline double ref_sink(double lse, double s, int D, double *out) {
+    if (std::isnan(lse))
+        return lse;
+    const double m = std::max(lse, s), joined = m + log(exp(lse - m) + exp(s - m));
+    for (int x = 0; x < D; ++x)
+        out[x] *= exp(lse - joined);
+    return joined;
+}
+
+/* The sinks of the emulator tests' H heads for a base value: base + 0.7·(h % 4), and -inf (no
+ * sink) for every third head. Empty for base NaN: no sinks. */
+static inline std::vector<float> ref_sinks(float base, int H) {
+    std::vector<float> s;
+    for (int h = 0; !std::isnan(base) && h < H; ++h)
+        s.push_back(h % 3 == 2 ? -INFINITY : base + 0.7f * (float)(h % 4));
+    return s;
+}

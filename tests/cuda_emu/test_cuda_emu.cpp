@@ -10,8 +10,8 @@
 //
 // fwd_mma_emu.cu is cuda/fwd_mma.cu as emu_kernel.cmake copies it at build time: the extern
 // __shared__ array and the <<<>>> launch swapped for the emulator's; the rest compiled as it
-// is. Suites (arguments; default: basic features edge long nonfinite f32out cache): basic,
-// features, edge, long, quick, nonfinite, f32out, cache, and sweep SEED N (N random
+// is. Suites (arguments; default: basic features edge long nonfinite f32out cache sinks): basic,
+// features, edge, long, quick, nonfinite, f32out, cache, sinks, and sweep SEED N (N random
 // configurations). Head dims: every kernel (kD = 32, 64, ..., 256) at its own D and at D < kD
 // (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128 configurations (D in 97..128)
 // run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles); every suite first
@@ -58,6 +58,7 @@ struct Cfg {
     bool simple = false; // run the stage-1 kernel (fwd_simple.cu), not the tensor-core one
     int wl = -1, wr = -1;
     float softcap = 0, scale = 0, alibi = 0, mag = 1.0f;
+    float sink = NAN;        // the sinks' base (ref_sinks; NaN: no sinks)
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
     int bn = 32;             // kD = 128: the key block (32 or 64; main runs both)
@@ -241,6 +242,8 @@ static int run(const Cfg &c) {
         p.lse_sb = (int64_t)c.H * c.Sq, p.lse_sh = c.Sq, p.lse_ss = 1;
     p.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D);
     ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
+    const std::vector<float> sinks = ref_sinks(c.sink, c.H);
+    p.sinks = sinks.empty() ? nullptr : sinks.data(), p.sinks_sh = 1;
     const long err0 = emu::g_errors;
     for (int pass = 0; pass < (c.out32 ? 2 : 1); ++pass) { // out32: the 16-bit out, then fp32
         if (pass == 1)
@@ -279,7 +282,9 @@ static int run(const Cfg &c) {
                     qv[e] = get(q, qrow + e);
                 const RefRow r =
                     ref_row(D, i, sq, sk, p.window_left, p.window_right, p.scale, c.softcap, slope);
-                const double ref_lse = ref_attn_row(r, qv.data(), kf, vf, ro.data());
+                double ref_lse = ref_attn_row(r, qv.data(), kf, vf, ro.data());
+                if (p.sinks && sinks[h] != -INFINITY)
+                    ref_lse = ref_sink(ref_lse, sinks[h], D, ro.data());
                 const int64_t orow = b * osb + (int64_t)(rq + i) * oss + h * osh;
                 bool row_finite = true;
                 for (int x = 0; x < D; ++x) {
@@ -400,12 +405,12 @@ static std::string describe(const Cfg &c) {
     }
     snprintf(buf, sizeof buf,
              "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g lse=%d "
-             "pad=%d mag=%g scale=%g%s%s%s",
+             "pad=%d mag=%g scale=%g sink=%g%s%s%s",
              c.f32  ? "fp32"
              : c.bf ? "bf16"
                     : "fp16",
              c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr, c.softcap, c.alibi, c.lse,
-             c.pad, c.mag, c.scale, vl.c_str(), c.out32 ? " out=fp32" : "",
+             c.pad, c.mag, c.scale, c.sink, vl.c_str(), c.out32 ? " out=fp32" : "",
              c.simple                ? " stage-1"
              : fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32")
                                      : "");
@@ -523,6 +528,34 @@ static void add_nonfinite(std::vector<Cfg> &cfgs) {
                      {'k', 0, 100, 1, 3, nan, false},
                      {'v', 0, 120, 0, 0, inf, false}});
             }
+}
+
+/* The sinks suite: attention sinks (ref_sinks: a head without one among them) on both kernels,
+ * fixed and varlen, causal and not, GQA, windows that leave rows without a visible key (out = 0,
+ * lse = the sink), softcap and ALiBi, an fp32 out. */
+static void add_sinks(std::vector<Cfg> &cfgs) {
+    for (int simple : {0, 1})
+        for (int D : {64, 128, 256})
+            for (int bf : {0, 1}) {
+                Cfg c;
+                c.simple = simple, c.D = D, c.bf = bf, c.sink = 1.5f;
+                c.Sq = 90, c.Sk = 130, c.H = 6, c.Hk = 2, c.causal = true; // GQA, causal
+                cfgs.push_back(c);
+                c.causal = false, c.Sq = 40, c.Sk = 70, c.sink = -2.0f;
+                cfgs.push_back(c);
+                c.Sq = 100, c.Sk = 60, c.wl = 3, c.wr = 0, c.sink = 4.0f; // rows with no key
+                c.H = 3, c.Hk = 3;
+                cfgs.push_back(c);
+                c.wl = c.wr = -1, c.causal = true, c.sink = 2.0f, c.softcap = 4, c.alibi = 0.2f;
+                c.lq = {0, 37, 70, 5}, c.lk = {9, 50, 40, 120}; // varlen, empty sequence
+                cfgs.push_back(c);
+            }
+    Cfg c;
+    c.D = 128, c.bf = true, c.out32 = true, c.sink = 3.0f, c.Sq = 70, c.Sk = 140, c.H = 3;
+    c.Hk = 1, c.causal = true;
+    cfgs.push_back(c);
+    c.simple = true, c.f32 = true, c.out32 = false, c.bf = false;
+    cfgs.push_back(c);
 }
 
 /* The f32out suite: fp32 out of fp16/bf16 inputs (by turns) on the tensor-core kernel (every kD
@@ -961,8 +994,8 @@ int main(int argc, char **argv) {
         suites.push_back(su);
     }
     if (suites.empty())
-        suites = {{"basic", 0, 0},     {"features", 0, 0}, {"edge", 0, 0}, {"long", 0, 0},
-                  {"nonfinite", 0, 0}, {"f32out", 0, 0},   {"cache", 0, 0}};
+        suites = {{"basic", 0, 0},     {"features", 0, 0}, {"edge", 0, 0},  {"long", 0, 0},
+                  {"nonfinite", 0, 0}, {"f32out", 0, 0},   {"cache", 0, 0}, {"sinks", 0, 0}};
     for (const Suite &su : suites) {
         const std::string &suite = su.name;
         if (suite == "quick") {
@@ -1093,6 +1126,8 @@ int main(int argc, char **argv) {
                     c.lq = {0, 0, 3}, c.lk = {0, 5, 0}; // varlen: empty and keyless sequences
                     add(c);
                 }
+        } else if (suite == "sinks") {
+            add_sinks(cfgs);
         } else if (suite == "f32out") {
             add_f32out(cfgs);
         } else if (suite == "nonfinite") {

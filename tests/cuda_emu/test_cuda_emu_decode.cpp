@@ -46,6 +46,7 @@ struct Cfg {
     bool causal = false, lse = true;
     int wl = -1, wr = -1;
     float softcap = 0, alibi = 0;
+    float sink = NAN; // the sinks' base (ref_sinks; NaN: no sinks)
     std::vector<Plant> plants;
 };
 
@@ -87,13 +88,14 @@ static std::string describe(const Cfg &c) {
         sks += std::to_string(s) + ",";
     snprintf(buf, sizeof buf,
              "%s%s D=%d H=%d Hk=%d Sq=%d sk=%s%s extra_b=%d leftpad=%d page=%d causal=%d wl=%d "
-             "wr=%d softcap=%g alibi=%g lse=%d v_wide=%d q_sd=%d extra_max=%d mag=%g plants=%zu",
+             "wr=%d softcap=%g alibi=%g sink=%g lse=%d v_wide=%d q_sd=%d extra_max=%d mag=%g "
+             "plants=%zu",
              c.dt == FA_DTYPE_F32   ? "fp32"
              : c.dt == FA_DTYPE_F16 ? "fp16"
                                     : "bf16",
              c.q_f32 ? "(q fp32)" : "", c.D, c.H, c.Hk, c.Sq, sks.c_str(),
              c.no_seqlens ? "(no seqlens_k)" : "", c.extra_b, c.leftpad, c.page, c.causal, c.wl,
-             c.wr, c.softcap, c.alibi, c.lse, c.v_wide, c.q_sd, c.extra_max, c.mag,
+             c.wr, c.softcap, c.alibi, c.sink, c.lse, c.v_wide, c.q_sd, c.extra_max, c.mag,
              c.plants.size());
     return buf;
 }
@@ -204,6 +206,8 @@ static int run(const Cfg &c) {
     p.lse_sb = (int64_t)H * Sq, p.lse_sh = Sq, p.lse_ss = 1;
     p.scale = 1.0f / sqrtf((float)D);
     ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
+    const std::vector<float> sinks = ref_sinks(c.sink, H);
+    p.sinks = sinks.empty() ? nullptr : sinks.data(), p.sinks_sh = 1;
     printf("%s\n", describe(c).c_str());
     if (!fa__decode_supported(&p)) {
         printf("  FAIL: not supported by fa__decode_supported\n");
@@ -231,7 +235,10 @@ static int run(const Cfg &c) {
                 const RefRow r = ref_row(D, i, Sq, seqlens[b], p.window_left, p.window_right,
                                          p.scale, c.softcap, slope);
                 const int64_t orow = b * osb + i * oss + h * osh;
-                ref_l[(b * H + h) * Sq + i] = ref_attn_row(r, qv.data(), kf, vf, &ref_o[orow]);
+                double lse = ref_attn_row(r, qv.data(), kf, vf, &ref_o[orow]);
+                if (p.sinks && sinks[h] != -INFINITY)
+                    lse = ref_sink(lse, sinks[h], D, &ref_o[orow]);
+                ref_l[(b * H + h) * Sq + i] = lse;
                 bool fin = true;
                 for (int x = 0; x < D; ++x) {
                     expect[orow + x] = 1;
@@ -518,6 +525,20 @@ int main() {
         c.causal = true, c.sk = {300, 260};
         c.plants = {{'k', 0, 299, 0, 1, nan}, {'v', 0, 298, 1, 2, inf},  {'v', 0, 100, 1, 3, nan},
                     {'k', 0, 20, 1, 0, -inf}, {'v', 1, 259, 0, 0, -inf}, {'k', 1, 258, 1, 5, inf}};
+        cfgs.push_back(c);
+    }
+    /* sinks (a head without one among them), counted once after the chunks' merge: empty caches
+     * and rows without a visible key (lse = the sink), windows, GQA, several chunks, pages */
+    {
+        Cfg c;
+        c.sink = 2.5f, c.D = 64, c.H = 6, c.Hk = 2, c.Sq = 2, c.causal = true;
+        c.sk = {0, 1, 700, 257};
+        cfgs.push_back(c);
+        c.causal = false, c.wl = 2, c.wr = 0, c.Sq = 4, c.H = 3, c.Hk = 1, c.sk = {900, 3};
+        c.dt = FA_DTYPE_F16, c.sink = -1.0f, c.page = 16;
+        cfgs.push_back(c);
+        c.wl = c.wr = -1, c.dt = FA_DTYPE_F32, c.D = 40, c.softcap = 3.0f, c.alibi = 0.1f;
+        c.page = 0, c.sink = 6.0f, c.sk = {1300, 40};
         cfgs.push_back(c);
     }
     int fails = 0;
