@@ -256,8 +256,9 @@ FA_API void fa_params_init(fa_params *params);
  *
  *   q    (B, Sq, H, D)    fp32 | fp16 | bf16
  *   k    (B, Sk, Hk, D)   same dtype as q; Hk divides H (query head h uses KV head h / (H/Hk))
- *   v    (B, Sk, Hk, D)   same dtype and shape as k
- *   out  (B, Sq, H, D)    same dtype as q, or fp32 for fp16/bf16 q; written
+ *   v    (B, Sk, Hk, Dv)  same dtype as k, k's shape but for its head dim Dv (1..256, D or not;
+ *                         CUDA tensors: Dv = D)
+ *   out  (B, Sq, H, Dv)   same dtype as q, or fp32 for fp16/bf16 q; written
  *   lse  (B, H, Sq)       fp32, may be NULL; written with the natural-log logsumexp of each row
  *                         of the scores (after scale, softcap and ALiBi)
  *
@@ -316,7 +317,8 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
 typedef struct fa_kvcache {
     uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
     /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
-     * with any page_size >= 1. Written in place when k_new/v_new are given. */
+     * with any page_size >= 1; v_cache (and v_new) with Dv, v's head dim, in place of D.
+     * Written in place when k_new/v_new are given. */
     fa_tensor k_cache, v_cache;
     /* Optional new keys and values (B, S_new, Hk, D), written into the cache at positions
      * [cache_seqlens[b], cache_seqlens[b] + S_new) before attending. Need cache_seqlens. */
@@ -357,7 +359,7 @@ FA_API void fa_kvcache_init(fa_kvcache *kv);
  *
  *   q    (B, Sq, H, D)   fp32 | fp16 | bf16
  *   kv   the cache, see fa_kvcache; Hk divides H
- *   out  (B, Sq, H, D)   q's dtype, written
+ *   out  (B, Sq, H, Dv)  q's dtype, written (Dv: v_cache's head dim)
  *   lse  (B, H, Sq)      fp32, may be NULL
  *
  * Batch b attends over its cache positions [leftpad_b, cache_seqlens[b] + S_new): Sk_b of them,
@@ -378,8 +380,10 @@ FA_API fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, co
  * dq = dL/dq, dk = dL/dk and dv = dL/dv, for every feature of the forward (causal, window, ALiBi,
  * softcap, GQA, dropout with the same params as the forward).
  *
- *   q, out, dout, dq   (B, Sq, H, D)   one dtype (fp32 | fp16 | bf16) for every tensor but lse
- *   k, v, dk, dv       (B, Sk, Hk, D)
+ *   q, dq              (B, Sq, H, D)   one dtype (fp32 | fp16 | bf16) for every tensor but lse
+ *   out, dout          (B, Sq, H, Dv)  Dv: v's head dim, as in fa_forward
+ *   k, dk              (B, Sk, Hk, D)
+ *   v, dv              (B, Sk, Hk, Dv)
  *   lse                (B, H, Sq) fp32, as written by fa_forward with the same params
  *
  * Accumulation is fp32 and GQA gradients are summed over the query heads of each KV head without

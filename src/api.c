@@ -37,11 +37,12 @@ static fa__view make_view(const fa_tensor *t, int varlen) {
                       .ss = t->stride[1 + o], .sh = t->stride[2 + o], .sd = t->stride[3 + o]};
 }
 
-/* t must be a view like `ref` (already checked): same rank, dtype and shape; f32_ok also takes
- * an f32 t for an f16/bf16 ref (the forward's out). */
+/* t must be a view like `ref` (already checked): same rank, dtype and shape, but for the head
+ * dim (the last dimension), which is that of `dref` (named dref_name: v for out, dout and dv);
+ * f32_ok also takes an f32 t for an f16/bf16 ref (the forward's out). */
 static fa_status check_like(const fa_tensor *t, const char *name, const fa_tensor *ref,
-                            const char *ref_name, const char *dims, int is_output, int f32_ok,
-                            spans *sp) {
+                            const char *ref_name, const fa_tensor *dref, const char *dref_name,
+                            const char *dims, int is_output, int f32_ok, spans *sp) {
     fa_status st = fa__check_view(t, name, ref->ndim, dims, is_output, add_span(sp, is_output));
     if (st != FA_OK) return st;
     const int half = ref->dtype == FA_DTYPE_F16 || ref->dtype == FA_DTYPE_BF16;
@@ -50,10 +51,15 @@ static fa_status check_like(const fa_tensor *t, const char *name, const fa_tenso
                          fa__dtype_name(t->dtype), ref_name, fa__dtype_name(ref->dtype),
                          f32_ok && half ? "expected the same, or f32 for the unrounded result"
                                         : "they must match");
-    for (int i = 0; i < ref->ndim; i++)
+    const int dd = ref->ndim - 1;
+    for (int i = 0; i < dd; i++)
         if (t->shape[i] != ref->shape[i])
             return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %s's %lld %s", name, i,
                              (long long)t->shape[i], ref_name, (long long)ref->shape[i], dims);
+    if (t->shape[dd] != dref->shape[dd])
+        return fa__error(FA_ERR_SHAPE, "%s: head dim (shape[%d]) is %lld; expected %s's %lld %s",
+                         name, dd, (long long)t->shape[dd], dref_name,
+                         (long long)dref->shape[dd], dims);
     return FA_OK;
 }
 
@@ -62,7 +68,9 @@ static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
     const int nd = c->varlen ? 3 : 4;
     const char *qd = c->varlen ? "(total_q, H, D)" : "(B, Sq, H, D)";
     const char *kd = c->varlen ? "(total_k, Hk, D)" : "(B, Sk, Hk, D)";
-    const fa_tensor *q = c->q, *k = c->k;
+    const char *od = c->varlen ? "(total_q, H, Dv)" : "(B, Sq, H, Dv)";
+    const char *vd = c->varlen ? "(total_k, Hk, Dv)" : "(B, Sk, Hk, Dv)";
+    const fa_tensor *q = c->q, *k = c->k, *v = c->v;
     fa_status st;
     if ((st = fa__check_view(q, "q", nd, qd, 0, add_span(sp, 0))) ||
         (st = fa__check_view(k, "k", nd, kd, 0, add_span(sp, 0))))
@@ -81,15 +89,18 @@ static fa_status check_qkv(const call *c, fa__problem *p, spans *sp) {
     if (!c->varlen && k->shape[0] != q->shape[0])
         return fa__error(FA_ERR_SHAPE, "k: batch (shape[0]) is %lld; expected q's %lld",
                          (long long)k->shape[0], (long long)q->shape[0]);
-    /* the forward's out may be f32 for f16/bf16 q; the backward's out is q's dtype */
-    if ((st = check_like(c->v, "v", k, "k", kd, 0, 0, sp)) ||
-        (st = check_like(c->out, "out", q, "q", qd, !c->backward, !c->backward, sp)))
+    /* v's head dim Dv is its own (1..FA_MAX_HEAD_DIM); out, dout and dv have it too. The
+     * forward's out may be f32 for f16/bf16 q; the backward's out is q's dtype. */
+    if ((st = check_like(v, "v", k, "k", v, "v", vd, 0, 0, sp)) ||
+        (st = fa__check_head_dim_v(v, dd)) ||
+        (st = check_like(c->out, "out", q, "q", v, "v", od, !c->backward, !c->backward, sp)))
         return st;
+    p->Dv = v->shape[dd];
     if (c->backward &&
-        ((st = check_like(c->dout, "dout", q, "q", qd, 0, 0, sp)) ||
-         (st = check_like(c->dq, "dq", q, "q", qd, 1, 0, sp)) ||
-         (st = check_like(c->dk, "dk", k, "k", kd, 1, 0, sp)) ||
-         (st = check_like(c->dv, "dv", k, "k", kd, 1, 0, sp))))
+        ((st = check_like(c->dout, "dout", q, "q", v, "v", od, 0, 0, sp)) ||
+         (st = check_like(c->dq, "dq", q, "q", q, "q", qd, 1, 0, sp)) ||
+         (st = check_like(c->dk, "dk", k, "k", k, "k", kd, 1, 0, sp)) ||
+         (st = check_like(c->dv, "dv", k, "k", v, "v", vd, 1, 0, sp))))
         return st;
     return FA_OK;
 }
@@ -239,8 +250,10 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         return st;
     *api = NULL;
     if (c->q->device == FA_DEVICE_CUDA) {
+        if ((st = fa__check_dv_cuda(p))) return st;
         if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
     }
+    if ((st = fa__check_sinks(params, p, c->q, *api))) return st;
     if ((*none = nothing_to_write(c))) return FA_OK;
     if ((st = fa__check_slopes(params, p, *api))) return st;
 
@@ -253,7 +266,6 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         if ((st = read_cu_seqlens(c->cu_q, "cu_seqlens_q", p->total_q, "q", c->max_seqlen_q,
                                   *cu, *api, stream)) ||
             (st = read_cu_seqlens(c->cu_k, "cu_seqlens_k", p->total_k, "k", c->max_seqlen_k,
-    if ((st = fa__check_sinks(params, p, c->q, *api))) return st;
                                   *cu + p->B + 1, *api, stream))) {
             free(*cu);
             *cu = NULL;

@@ -27,7 +27,7 @@ static int given(const fa_tensor *t) { return t->data != NULL; }
 
 /* Everything validated, and the per-batch integers copied out of their tensors. */
 typedef struct kvcall {
-    int64_t B, Sq, H, Hk, D, S_new, capacity, rows; /* rows: B_cache or number of pages */
+    int64_t B, Sq, H, Hk, D, Dv, S_new, capacity, rows; /* rows: B_cache or number of pages */
     int paged, append;
     int32_t *ints; /* one allocation: seqlens, seqlens_k, batch_idx, leftpad [B] each */
     int32_t *seqlens, *seqlens_k, *batch_idx, *leftpad;
@@ -86,10 +86,13 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
 
     c->paged = given(&kv->block_table);
     c->append = given(&kv->k_new) || given(&kv->v_new);
-    const char *cd = c->paged ? "(num_pages, page_size, Hk, D)" : "(B_cache, S_cache, Hk, D)";
+    const char *cds[2] = {
+        c->paged ? "(num_pages, page_size, Hk, D)" : "(B_cache, S_cache, Hk, D)",
+        c->paged ? "(num_pages, page_size, Hk, Dv)" : "(B_cache, S_cache, Hk, Dv)"};
     const fa_tensor *caches[2] = {&kv->k_cache, &kv->v_cache};
     const char *cnames[2] = {"kv.k_cache", "kv.v_cache"};
     for (int t = 0; t < 2; t++) {
+        const char *cd = cds[t];
         if (!given(caches[t]))
             return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; the cache is required",
                              cnames[t]);
@@ -98,13 +101,18 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
         if (caches[t]->dtype != q->dtype)
             return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; they must match",
                              cnames[t], fa__dtype_name(caches[t]->dtype), fa__dtype_name(q->dtype));
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 3; i++) /* the head dims (Dv and D) may differ */
             if (caches[t]->shape[i] != kv->k_cache.shape[i])
                 return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected kv.k_cache's %lld",
                                  cnames[t], i, (long long)caches[t]->shape[i],
                                  (long long)kv->k_cache.shape[i]);
     }
     if ((st = fa__check_heads(q, &kv->k_cache, "kv.k_cache", 2, 3))) return st;
+    c->Dv = kv->v_cache.shape[3];
+    if (c->Dv == 0 || c->Dv > FA_MAX_HEAD_DIM)
+        return fa__error(c->Dv ? FA_ERR_UNSUPPORTED : FA_ERR_SHAPE, "kv.v_cache: head dim Dv "
+                         "(shape[3]) is %lld; supported: 1..%d", (long long)c->Dv,
+                         FA_MAX_HEAD_DIM);
     c->Hk = kv->k_cache.shape[2];
     c->rows = kv->k_cache.shape[0];
 
@@ -115,28 +123,32 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
             if (!given(nw[t]))
                 return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; k_new and v_new come "
                                  "together", nnames[t]);
-            if ((st = fa__check_view(nw[t], nnames[t], 4, "(B, S_new, Hk, D)", 0, span(c, 0))))
-                return st;
+            const char *nd = t ? "(B, S_new, Hk, Dv)" : "(B, S_new, Hk, D)";
+            if ((st = fa__check_view(nw[t], nnames[t], 4, nd, 0, span(c, 0)))) return st;
             if (nw[t]->dtype != q->dtype)
                 return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; they must match",
                                  nnames[t], fa__dtype_name(nw[t]->dtype), fa__dtype_name(q->dtype));
-            const int64_t want[4] = {c->B, kv->k_new.shape[1], c->Hk, c->D};
+            const int64_t want[4] = {c->B, kv->k_new.shape[1], c->Hk, t ? c->Dv : c->D};
             for (int i = 0; i < 4; i++)
                 if (nw[t]->shape[i] != want[i])
-                    return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %lld "
-                                     "(B, S_new, Hk, D)", nnames[t], i,
-                                     (long long)nw[t]->shape[i], (long long)want[i]);
+                    return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %lld %s",
+                                     nnames[t], i, (long long)nw[t]->shape[i],
+                                     (long long)want[i], nd);
         }
         c->S_new = kv->k_new.shape[1];
     }
-    if ((st = fa__check_view(out, "out", 4, qd, 1, span(c, 1)))) return st;
+    if ((st = fa__check_view(out, "out", 4, "(B, Sq, H, Dv)", 1, span(c, 1)))) return st;
     if (out->dtype != q->dtype)
         return fa__error(FA_ERR_DTYPE, "out: dtype is %s but q is %s; they must match",
                          fa__dtype_name(out->dtype), fa__dtype_name(q->dtype));
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if (out->shape[i] != q->shape[i])
             return fa__error(FA_ERR_SHAPE, "out: shape[%d] is %lld; expected q's %lld", i,
                              (long long)out->shape[i], (long long)q->shape[i]);
+    if (out->shape[3] != c->Dv)
+        return fa__error(FA_ERR_SHAPE, "out: head dim (shape[3]) is %lld; expected "
+                         "kv.v_cache's %lld (B, Sq, H, Dv)", (long long)out->shape[3],
+                         (long long)c->Dv);
     return FA_OK;
 }
 
@@ -404,6 +416,8 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     p->H = c->H;
     p->Hk = c->Hk;
     p->D = c->D;
+    p->Dv = c->Dv;
+    if (c->api && (st = fa__check_dv_cuda(p))) return st;
     if ((st = fa__resolve_params(params, p))) return st;
     if (p->dropout_p != 0.0f)
         return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; the KV cache forward has no "
@@ -519,7 +533,7 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
             .v_new = new_view(&kv->v_new),
             .k_cache = cache_view(&kv->k_cache, &c, kv),
             .v_cache = cache_view(&kv->v_cache, &c, kv),
-            .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D,
+            .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D, .Dv = c.Dv,
             .rotary = ro};
         const fa__view q_given = p.q;
         const kvwrites w = {.append = c.append ? &a : NULL, .q = &q_given, .q_rot = q_rot,

@@ -38,7 +38,8 @@ FA_HD int64_t fa__view_at(const fa__view *x, int64_t b, int64_t s, int64_t h) {
 }
 
 typedef struct fa__problem {
-    int64_t B, H, Hk, D;
+    /* D: head dim of q and k (and dq, dk); Dv: head dim of v and out (and dout, dv), D or not */
+    int64_t B, H, Hk, D, Dv;
     /* Fixed length: every batch has Sq queries and Sk keys and cu_q == cu_k == NULL.
      * Varlen: batch b has rows [cu_q[b], cu_q[b+1]) and keys [cu_k[b], cu_k[b+1]);
      * the views' sb is 0 and total_q, total_k are the rows of q and k. */

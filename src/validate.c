@@ -136,6 +136,24 @@ fa_status fa__check_heads(const fa_tensor *q, const fa_tensor *k, const char *k_
     return FA_OK;
 }
 
+fa_status fa__check_head_dim_v(const fa_tensor *v, int dd) {
+    const int64_t Dv = v->shape[dd];
+    if (Dv == 0)
+        return fa__error(FA_ERR_SHAPE, "v: head dim Dv (shape[%d]) is 0; expected 1..%d", dd,
+                         FA_MAX_HEAD_DIM);
+    if (Dv > FA_MAX_HEAD_DIM)
+        return fa__error(FA_ERR_UNSUPPORTED, "v: head dim Dv (shape[%d]) is %lld; supported: "
+                         "1..%d", dd, (long long)Dv, FA_MAX_HEAD_DIM);
+    return FA_OK;
+}
+
+fa_status fa__check_dv_cuda(const fa__problem *p) {
+    if (p->Dv == p->D) return FA_OK;
+    return fa__error(FA_ERR_UNSUPPORTED, "v: head dim Dv = %lld differs from q's D = %lld; a V "
+                     "head dim of its own is not supported on CUDA tensors yet",
+                     (long long)p->Dv, (long long)p->D);
+}
+
 static int spans_meet(const fa__span *a, const fa__span *b) {
     return a->begin < a->end && b->begin < b->end && a->begin < b->end && b->begin < a->end;
 }
@@ -273,6 +291,22 @@ static fa_status check_sink_values(const float *sinks, const fa__problem *p) {
     return FA_OK;
 }
 
+fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q,
+                          const fa__plugin_api *api) {
+    if (!p->sinks) return FA_OK;
+    fa_status st;
+    if ((st = fa__check_same_device(&params->sinks, "params.sinks", q, "q")) ||
+        (p->dsinks && (st = fa__check_same_device(&params->dsinks, "params.dsinks", q, "q"))))
+        return st;
+    if (!api) return check_sink_values(p->sinks, p);
+    float *host;
+    st = fa__plugin_download(api, &params->sinks, "params.sinks", fa__params_stream(params),
+                             (void **)&host);
+    if (st == FA_OK) st = check_sink_values(host, p);
+    free(host);
+    return st;
+}
+
 static fa_status check_slopes(const float *slopes, const fa__problem *p) {
     if (!p->alibi) return FA_OK;
     const int64_t nb = p->alibi_sb ? p->B : 1; /* (H) slopes serve every batch */
@@ -291,22 +325,6 @@ static fa_status check_slopes(const float *slopes, const fa__problem *p) {
 }
 
 fa_status fa__check_slopes(const fa_params *params, const fa__problem *p,
-fa_status fa__check_sinks(const fa_params *params, const fa__problem *p, const fa_tensor *q,
-                          const fa__plugin_api *api) {
-    if (!p->sinks) return FA_OK;
-    fa_status st;
-    if ((st = fa__check_same_device(&params->sinks, "params.sinks", q, "q")) ||
-        (p->dsinks && (st = fa__check_same_device(&params->dsinks, "params.dsinks", q, "q"))))
-        return st;
-    if (!api) return check_sink_values(p->sinks, p);
-    float *host;
-    st = fa__plugin_download(api, &params->sinks, "params.sinks", fa__params_stream(params),
-                             (void **)&host);
-    if (st == FA_OK) st = check_sink_values(host, p);
-    free(host);
-    return st;
-}
-
                            const fa__plugin_api *api) {
     if (!p->alibi || !api) return check_slopes(p->alibi, p);
     float *host;

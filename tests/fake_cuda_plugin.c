@@ -107,13 +107,13 @@ static call_tensors tensors_of(const fa__problem *p, int backward) {
     const int64_t sq = varlen ? p->total_q : p->Sq, sk = varlen ? p->total_k : p->Sk;
     t.q = tensor(&p->q, nd, p->B, sq, p->H, p->D);
     t.k = tensor(&p->k, nd, p->B, sk, p->Hk, p->D);
-    t.v = tensor(&p->v, nd, p->B, sk, p->Hk, p->D);
-    t.out = tensor(&p->out, nd, p->B, sq, p->H, p->D);
+    t.v = tensor(&p->v, nd, p->B, sk, p->Hk, p->Dv);
+    t.out = tensor(&p->out, nd, p->B, sq, p->H, p->Dv);
     if (backward) {
-        t.dout = tensor(&p->dout, nd, p->B, sq, p->H, p->D);
+        t.dout = tensor(&p->dout, nd, p->B, sq, p->H, p->Dv);
         t.dq = tensor(&p->dq, nd, p->B, sq, p->H, p->D);
         t.dk = tensor(&p->dk, nd, p->B, sk, p->Hk, p->D);
-        t.dv = tensor(&p->dv, nd, p->B, sk, p->Hk, p->D);
+        t.dv = tensor(&p->dv, nd, p->B, sk, p->Hk, p->Dv);
     }
     if (varlen) {
         const int64_t ls[2] = {p->H, p->total_q}, ncu = p->B + 1;

@@ -355,10 +355,10 @@ def flash_attn_forward(bk, q, k, v, dropout_p, softmax_scale, causal, window_siz
     return_softmax = _args.boolean("return_softmax", return_softmax)
     _rank_check(q, "q", (4,), "(batch, seqlen_q, nheads, headdim)")
     _rank_check(k, "k", (4,), "(batch, seqlen_k, nheads_k, headdim)")
-    _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim)")
-    B, Sq, H, D = q.shape
+    _rank_check(v, "v", (4,), "(batch, seqlen_k, nheads_k, headdim_v)")
+    B, Sq, H, _ = q.shape
     sinks = check_sinks(sinks, H)
-    out = bk.empty((B, Sq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
+    out = bk.empty((B, Sq, H, v.shape[3]), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((B, H, Sq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
     names = ("q", "k", "v", "out", "softmax_lse")
@@ -400,10 +400,10 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
                                      return_softmax, block_table, sinks)
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     _rank_check(k, "k", (3,), "(total_k, nheads_k, headdim)")
-    _rank_check(v, "v", (3,), "(total_k, nheads_k, headdim)")
-    Tq, H, D = q.shape
+    _rank_check(v, "v", (3,), "(total_k, nheads_k, headdim_v)")
+    Tq, H, _ = q.shape
     sinks = check_sinks(sinks, H)
-    out = bk.empty((Tq, H, D), like=q, dtype=_out_dtype(bk, q, out_dtype))
+    out = bk.empty((Tq, H, v.shape[2]), like=q, dtype=_out_dtype(bk, q, out_dtype))
     lse = bk.empty((H, Tq), like=q, dtype="f32")
     seed, offset = _seed(bk, dropout_p)
     names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "out", "softmax_lse")
@@ -561,9 +561,12 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     _rank_check(k_cache, "k_cache", (4,),
                 "(batch_cache, seqlen_cache, nheads_k, headdim) or paged (num_blocks, "
                 "page_block_size, nheads_k, headdim)")
-    B, Sq, H, D = q.shape
+    _rank_check(v_cache, "v_cache", (4,),
+                "(batch_cache, seqlen_cache, nheads_k, headdim_v) or paged (num_blocks, "
+                "page_block_size, nheads_k, headdim_v)")
+    B, Sq, H, _ = q.shape
     sinks = check_sinks(sinks, H)
-    out = bk.empty((B, Sq, H, D), like=q)
+    out = bk.empty((B, Sq, H, v_cache.shape[3]), like=q)
     lse = bk.empty((B, H, Sq), like=q, dtype="f32") if return_softmax_lse else None
     append = k is not None or v is not None
     fields, keep = {}, []
@@ -664,7 +667,8 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         raise FlashAttnValueError("dropout_p: the paged KV cache (block_table) has no dropout")
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     _rank_check(block_table, "block_table", (2,), "(batch_size, max_blocks_per_seq)")
-    Tq, H, D = q.shape
+    _rank_check(v, "v_cache", (4,), "(num_blocks, page_block_size, nheads_k, headdim_v)")
+    Tq, H, _ = q.shape
     cq, ck = bk.ints(cu_seqlens_q), bk.ints(cu_seqlens_k)
     if len(cq) != len(ck) or len(cq) < 1:
         raise FlashAttnValueError(f"cu_seqlens_q and cu_seqlens_k: shapes ({len(cq)},) and "
@@ -682,7 +686,7 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
             if cu[b + 1] - cu[b] > mx:
                 raise FlashAttnValueError(f"{name}: sequence {b} has length {cu[b + 1] - cu[b]}, "
                                           f"more than its max_seqlen {mx}")
-    out = bk.zeros((Tq, H, D), like=q)
+    out = bk.zeros((Tq, H, v.shape[3]), like=q)
     lse = bk.full((H, Tq), float("-inf"), like=q, dtype="f32")
     for b in range(B):
         qs, qe = cq[b], cq[b + 1]

@@ -155,9 +155,9 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
 
 def _fwd_fake(q, k, v, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
               softcap, alibi_slopes, return_softmax, sinks=None):
-    B, Sq, H, D = q.shape
+    B, Sq, H, _ = q.shape
     Sk = k.shape[1]
-    out = q.new_empty((B, Sq, H, D))
+    out = q.new_empty((B, Sq, H, v.shape[3]))
     lse = q.new_empty((B, H, Sq), dtype=torch.float32)
     S = q.new_empty((B, H, Sq, Sk) if return_softmax else (0,))
     return out, lse, S, q.new_empty((2,), dtype=torch.int64)
@@ -183,9 +183,9 @@ def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      softmax_scale, causal, window_size_left=-1, window_size_right=-1,
                      softcap=0.0, alibi_slopes=None, return_softmax=False, block_table=None,
                      leftpad_k=None, seqused_k=None, sinks=None):
-    Tq, H, D = q.shape
+    Tq, H, _ = q.shape
     B = cu_seqlens_q.shape[0] - 1
-    out = q.new_empty((Tq, H, D))
+    out = q.new_empty((Tq, H, v.shape[-1]))
     lse = q.new_empty((H, Tq), dtype=torch.float32)
     S = q.new_empty((B, H, max_seqlen_q, max_seqlen_k) if return_softmax else (0,))
     return out, lse, S, q.new_empty((2,), dtype=torch.int64)
@@ -357,8 +357,9 @@ def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                   cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                   causal, window_size_left, window_size_right, softcap, rotary_interleaved,
                   alibi_slopes, num_splits, sinks=None):
-    B, Sq, H, D = q.shape
-    return q.new_empty((B, Sq, H, D)), q.new_empty((B, H, Sq), dtype=torch.float32)
+    B, Sq, H, _ = q.shape
+    return (q.new_empty((B, Sq, H, v_cache.shape[3])),
+            q.new_empty((B, H, Sq), dtype=torch.float32))
 
 
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")

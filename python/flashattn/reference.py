@@ -7,7 +7,8 @@ are built from it.
     out, lse, probs = attention_ref(q, k, v, causal=True)
     out, lse, probs, (dq, dk, dv) = attention_ref(q, k, v, dout=dout)
 
-q (B, Sq, H, D), k and v (B, Sk, Hk, D), any float dtype (computed in fp64). lse is (B, H, Sq);
+q (B, Sq, H, D), k (B, Sk, Hk, D) and v (B, Sk, Hk, Dv) (out and dout (B, Sq, H, Dv)), any
+float dtype (computed in fp64). lse is (B, H, Sq);
 probs (B, H, Sq, Sk) are the softmax probabilities before dropout. A row with no visible key has
 out = 0, lse = -inf and zero probabilities. With sinks (H,) (gpt-oss's attention sinks,
 flash-attn's learnable_sink), sinks[h] is one more logit in every softmax row of head h, with no
@@ -109,7 +110,7 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1
     dq = scale * np.einsum("bhqk,bkhd->bqhd", ds, kh)
     dkh = scale * np.einsum("bhqk,bqhd->bkhd", ds, q)
     dk = dkh.reshape(B, Sk, Hk, g, D).sum(axis=3)
-    dv = dvh.reshape(B, Sk, Hk, g, D).sum(axis=3)
+    dv = dvh.reshape(B, Sk, Hk, g, v.shape[3]).sum(axis=3)
     if sinks is None:
         return out, lse, p, (dq, dk, dv)
     # The sink's probability exp(sink - lse) enters every row's denominator: dsink_h =
@@ -123,11 +124,11 @@ def attention_ref(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1
 def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None, causal=False,
                          window_size=(-1, -1), softcap=0.0, alibi_slopes=None, dropout_p=0.0,
                          dropout_keep=None, dout=None, sinks=None):
-    """attention_ref over packed sequences: q (total_q, H, D), k and v (total_k, Hk, D),
-    cu_seqlens (B + 1). Returns out (total_q, H, D), lse (H, total_q), probs (B, H, max_sq,
-    max_sk) (sequence b in [:Sq_b, :Sk_b]) and, with dout, (dq, dk, dv) (and dsinks with sinks).
-    Rows outside every sequence get out = 0, lse = -inf and zero gradients. dropout_keep is
-    (B, H, max_sq, max_sk)."""
+    """attention_ref over packed sequences: q (total_q, H, D), k (total_k, Hk, D) and v
+    (total_k, Hk, Dv), cu_seqlens (B + 1). Returns out (total_q, H, Dv), lse (H, total_q), probs
+    (B, H, max_sq, max_sk) (sequence b in [:Sq_b, :Sk_b]) and, with dout, (dq, dk, dv) (and
+    dsinks with sinks). Rows outside every sequence get out = 0, lse = -inf and zero gradients.
+    dropout_keep is (B, H, max_sq, max_sk)."""
     q, k, v, dout = _f64(q), _f64(k), _f64(v), _f64(dout)
     cu_q = np.asarray(cu_seqlens_q, dtype=np.int64)
     cu_k = np.asarray(cu_seqlens_k, dtype=np.int64)
@@ -137,7 +138,7 @@ def attention_varlen_ref(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=None
     lk = np.diff(cu_k)
     msq = int(lq.max()) if B else 0
     msk = int(lk.max()) if B else 0
-    out = np.zeros_like(q)
+    out = np.zeros(q.shape[:2] + v.shape[2:])
     lse = np.full((H, q.shape[0]), -np.inf)
     probs = np.zeros((B, H, msq, msk))
     grads = None
@@ -219,7 +220,7 @@ def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin
             return pages, t % page
         return np.full(n, rows[b]), t
 
-    out = np.zeros((B, Sq, H, D))
+    out = np.zeros((B, Sq, H, vc.shape[3]))
     lse = np.zeros((B, H, Sq))
     for b in range(B):
         L = int(lens[b])

@@ -17,12 +17,14 @@
  *     Each tile is built twice, once per pass: 7 products per tile.
  *   fused (when there are enough (b, hk) to keep the threads busy and its scratch is small):
  *     one task per (b, hk) builds each tile once and feeds dK, dV and dQ from it: 5 products.
- *     It keeps the head's dK, dV sums and packed Kᵀ, Vᵀ in scratch, O(Sk·D) per thread.
+ *     It keeps the head's dK, dV sums and packed Kᵀ, Vᵀ in scratch, O(Sk·(D + Dv)) per thread.
  * Both schedules visit the same tiles and add each one's terms to every gradient row in the same
  * order (query heads, then query blocks, for dK and dV; key blocks for dQ), so they give bitwise
  * the same gradients and the choice, which depends on the thread count, never shows in results.
  * Both feed P and dS to dK and dV's products as transposed left operands: read in place by pv_t
  * where the kernel set has it, else transposed into scratch for pv.
+ * q, k, dq and dk have head dim D; v, out, dout and dv have Dv (D or not): S and dQ, dK sum
+ * over D, dPd, Δ and dV over Dv.
  * bf16 inputs on a CPU with a bf16 dot product run all five products on bf16 pairs: S and dPd
  * from the inputs (exact products), dV, dK and dQ from Pd and dS rounded to bf16, as flash-attn
  * and PyTorch round them. dK and dV read Pdᵀ and dSᵀ as pairs of query rows (r, r + 1), built
@@ -75,18 +77,23 @@ typedef struct bwd_plan {
 
 /* Per-worker scratch, carved in a fixed order. */
 typedef struct bwd_scratch {
-    float *Q, *dO;      /* [Br, D]: q pre-scaled as in the forward, dout (plan bf16: unused) */
-    uint32_t *Q2, *dO2; /* [Br, D/2] pairs: q (unscaled) and dout as bf16 (plan bf16 only) */
-    uint32_t *Qp, *dOp; /* plan bf16 only: [Br/2, D] pairs of rows (2t, 2t + 1) of Q2, dO2 */
+    float *Q, *dO;      /* [Br, D], [Br, Dv]: q pre-scaled as in the forward, dout (plan bf16:
+                           unused) */
+    uint32_t *Q2, *dO2; /* [Br, D/2], [Br, Dv/2] pairs: q (unscaled) and dout as bf16 (plan bf16
+                           only) */
+    uint32_t *Qp, *dOp; /* plan bf16 only: [Br/2, D], [Br/2, Dv] pairs of rows (2t, 2t + 1) of
+                           Q2, dO2 */
     uint32_t *PX, *dSX; /* plan bf16 only: [Br/2, Bc] pairs of rows of Pd, dS (as Qp) */
     uint32_t *dS2;      /* plan bf16 only: [Br, Bc/2] dS as bf16 pairs along keys (tile()) */
-    float *zeros;       /* plan bf16 only: [max(Bc, D)] a row outside the tile */
+    float *zeros;       /* plan bf16 only: [max(Bc, D, Dv)] a row outside the tile */
     float *P, *dS;      /* [Br, Bc] */
     float *PT, *dST;    /* [Bc, Br]: transposes for pass 1 (plan bf16: unused) */
-    float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc] (bf16: [D/2, Bc] pairs); pass 2 uses the first */
+    float *Kt, *Vt;     /* [FA_KV_TASK][D, Bc], [FA_KV_TASK][Dv, Bc] (bf16: [D/2, Bc] pairs);
+                           pass 2 uses the first */
     float *K;           /* [Bc, D] (pass 2) */
-    float *tmp;         /* [Bc, D]: rows on their way to a transpose */
-    float *acc1, *acc2; /* pass 1: dK, dV [FA_KV_TASK·Bc, D]; pass 2: dQ [Br, D] in acc1 */
+    float *tmp;         /* [Bc, max(D, Dv)]: rows on their way to a transpose */
+    float *acc1, *acc2; /* pass 1: dK [FA_KV_TASK·Bc, D], dV [FA_KV_TASK·Bc, Dv]; pass 2: dQ
+                           [Br, D] in acc1 */
     float *lse2, *dlt;  /* [Br]: lse in the exp2 domain, Δ */
     float *dtanh;       /* [Bc] */
     float *praw;        /* [Bc]: one row of P before dropout */
@@ -94,24 +101,33 @@ typedef struct bwd_scratch {
     uint8_t *row_finite; /* [Br]: q and dout of a loaded row: 1 finite, 2 not, 0 not looked at */
 } bwd_scratch;
 
-static size_t carve(bwd_scratch *s, float *base, int64_t D, int bf16, int64_t br) {
+/* The larger of two sizes. */
+static int64_t max2(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static size_t carve(bwd_scratch *s, float *base, const fa__problem *p, int bf16, int64_t br) {
+    const int64_t D = p->D, Dv = p->Dv;
     const size_t rd = fa__round_up((size_t)br * D), cd = fa__round_up((size_t)FA_BC * D);
+    const size_t rdv = fa__round_up((size_t)br * Dv), cdv = fa__round_up((size_t)FA_BC * Dv);
     const size_t rc = fa__round_up((size_t)br * FA_BC), r = fa__round_up(br);
     const size_t c = fa__round_up(FA_BC), m = fa__round_up(FA_ONES), kcd = FA_KV_TASK * cd;
-    const size_t rdf = bf16 ? 0 : rd, rct = bf16 ? 0 : rc; /* fp32 rows and transposes */
+    const size_t kcdv = FA_KV_TASK * cdv, cdm = fa__round_up((size_t)FA_BC * max2(D, Dv));
+    const size_t rdf = bf16 ? 0 : rd, rdvf = bf16 ? 0 : rdv; /* fp32 rows */
+    const size_t rct = bf16 ? 0 : rc;                         /* fp32 transposes */
     const size_t rd2 = bf16 ? fa__round_up((size_t)br * ((D + 1) / 2)) : 0;
+    const size_t rdv2 = bf16 ? fa__round_up((size_t)br * ((Dv + 1) / 2)) : 0;
     const size_t pd = bf16 ? fa__round_up((size_t)(br + 1) / 2 * D) : 0;
+    const size_t pdv = bf16 ? fa__round_up((size_t)(br + 1) / 2 * Dv) : 0;
     const size_t pc = bf16 ? fa__round_up((size_t)(br + 1) / 2 * FA_BC) : 0;
     const size_t rc2 = bf16 ? fa__round_up((size_t)br * FA_BC / 2) : 0;
-    const size_t z = bf16 ? fa__round_up((size_t)(D > FA_BC ? D : FA_BC)) : 0;
+    const size_t z = bf16 ? fa__round_up((size_t)max2(max2(D, Dv), FA_BC)) : 0;
     float *at = base;
 #define FA_TAKE(field, n) (s->field = (void *)at, at += (n))
-    FA_TAKE(Q, rdf), FA_TAKE(dO, rdf), FA_TAKE(Q2, rd2), FA_TAKE(dO2, rd2);
-    FA_TAKE(Qp, pd), FA_TAKE(dOp, pd), FA_TAKE(PX, pc), FA_TAKE(dSX, pc), FA_TAKE(dS2, rc2);
+    FA_TAKE(Q, rdf), FA_TAKE(dO, rdvf), FA_TAKE(Q2, rd2), FA_TAKE(dO2, rdv2);
+    FA_TAKE(Qp, pd), FA_TAKE(dOp, pdv), FA_TAKE(PX, pc), FA_TAKE(dSX, pc), FA_TAKE(dS2, rc2);
     FA_TAKE(zeros, z);
     FA_TAKE(P, rc), FA_TAKE(dS, rc), FA_TAKE(PT, rct);
-    FA_TAKE(dST, rct), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcd), FA_TAKE(K, cd), FA_TAKE(tmp, cd);
-    FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcd), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
+    FA_TAKE(dST, rct), FA_TAKE(Kt, kcd), FA_TAKE(Vt, kcdv), FA_TAKE(K, cd), FA_TAKE(tmp, cdm);
+    FA_TAKE(acc1, rd > kcd ? rd : kcd), FA_TAKE(acc2, kcdv), FA_TAKE(lse2, r), FA_TAKE(dlt, r);
     FA_TAKE(dtanh, c), FA_TAKE(praw, c), FA_TAKE(ones, m), FA_TAKE(row_finite, r);
 #undef FA_TAKE
     return (size_t)(at - base);
@@ -122,12 +138,12 @@ static int64_t delta_index(const fa__problem *p, int64_t b, int64_t h, int64_t i
     return (b * p->H + h) * p->Sq + i;
 }
 
-/* One row of D elements of x at src as fp32 times scale: through the kernel set's to_f32 when
- * contiguous. */
-static void load_row(const bwd_plan *pl, float *dst, const void *src, const fa__view *x,
+/* One row of n elements (x's head dim) of x at src as fp32 times scale: through the kernel
+ * set's to_f32 when contiguous. */
+static void load_row(const bwd_plan *pl, float *dst, const void *src, const fa__view *x, int64_t n,
                      float scale) {
-    if (x->sd == 1) pl->kern->to_f32((int)pl->p->D, src, x->dtype, scale, dst);
-    else fa__load_f32(dst, 1, src, x->dtype, pl->p->D, x->sd, scale);
+    if (x->sd == 1) pl->kern->to_f32((int)n, src, x->dtype, scale, dst);
+    else fa__load_f32(dst, 1, src, x->dtype, n, x->sd, scale);
 }
 
 /* ---- pass 0: Δ_i = Σ_d dO_id O_id ---- */
@@ -136,7 +152,7 @@ static void delta_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     const int64_t b = fa__task_batch(pl->start[0], p->B, task);
-    const int64_t h = task - pl->start[0][b], rq = fa__row0_q(p, b), D = p->D;
+    const int64_t h = task - pl->start[0][b], rq = fa__row0_q(p, b), D = p->Dv; /* out's */
     float *o = pl->scratch + (size_t)worker * pl->scratch_floats, *d = o + fa__round_up((size_t)D);
     const int64_t sq = fa__seqlen_q(p, b);
     for (int64_t i = 0; i < sq; i++) {
@@ -146,8 +162,8 @@ static void delta_task(void *arg, int64_t task, int worker) {
             fa__prefetch_block(&p->out, b, rq + next, n, h, D);
             fa__prefetch_block(&p->dout, b, rq + next, n, h, D);
         }
-        load_row(pl, o, fa__elem(&p->out, b, rq + i, h), &p->out, 1.0f);
-        load_row(pl, d, fa__elem(&p->dout, b, rq + i, h), &p->dout, 1.0f);
+        load_row(pl, o, fa__elem(&p->out, b, rq + i, h), &p->out, D, 1.0f);
+        load_row(pl, d, fa__elem(&p->dout, b, rq + i, h), &p->dout, D, 1.0f);
         float part[16] = {0}, acc = 0.0f; /* 16 running sums, which the compiler vectorizes */
         int64_t t = 0;
         for (; t + 16 <= D; t += 16)
@@ -186,18 +202,18 @@ static void dsink_task(void *arg, int64_t task, int worker) {
 static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64_t h, int64_t i0,
                       int64_t nr) {
     const fa__problem *p = pl->p;
-    const int64_t rq = fa__row0_q(p, b), D = p->D;
+    const int64_t rq = fa__row0_q(p, b), D = p->D, Dv = p->Dv;
+    const int64_t D2 = (D + 1) / 2, Dv2 = (Dv + 1) / 2;
     memset(s->row_finite, 0, (size_t)nr);
     for (int64_t r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
         const void *q = fa__elem(&p->q, b, rq + i, h), *dout = fa__elem(&p->dout, b, rq + i, h);
         if (pl->bf16) { /* every product takes bf16 pairs: no fp32 rows */
-            const int64_t D2 = (D + 1) / 2;
             fa__copy_bf16_row((uint16_t *)(s->Q2 + r * D2), q, D, p->q.sd);
-            fa__copy_bf16_row((uint16_t *)(s->dO2 + r * D2), dout, D, p->dout.sd);
+            fa__copy_bf16_row((uint16_t *)(s->dO2 + r * Dv2), dout, Dv, p->dout.sd);
         } else {
-            load_row(pl, s->Q + r * D, q, &p->q, pl->qscale);
-            load_row(pl, s->dO + r * D, dout, &p->dout, 1.0f);
+            load_row(pl, s->Q + r * D, q, &p->q, D, pl->qscale);
+            load_row(pl, s->dO + r * Dv, dout, &p->dout, Dv, 1.0f);
         }
         const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
         s->lse2[r] = lse == -INFINITY ? INFINITY : lse * FA_LOG2E;
@@ -205,25 +221,23 @@ static void load_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, int64
         if (lse == -INFINITY) { /* the row saw no key: it adds nothing, not 0 times its q or */
             s->dlt[r] = 0.0f;   /* dout, which may hold an infinity (all scores -inf) */
             if (pl->bf16) {
-                const size_t words = (size_t)(D + 1) / 2 * sizeof(uint32_t);
-                memset(s->Q2 + r * ((D + 1) / 2), 0, words);
-                memset(s->dO2 + r * ((D + 1) / 2), 0, words);
+                memset(s->Q2 + r * D2, 0, (size_t)D2 * sizeof(uint32_t));
+                memset(s->dO2 + r * Dv2, 0, (size_t)Dv2 * sizeof(uint32_t));
             } else {
                 memset(s->Q + r * D, 0, (size_t)D * sizeof(float));
-                memset(s->dO + r * D, 0, (size_t)D * sizeof(float));
+                memset(s->dO + r * Dv, 0, (size_t)Dv * sizeof(float));
             }
         }
     }
     if (!pl->bf16) return;
-    const int64_t D2 = (D + 1) / 2;
     for (int64_t r = 0; r < nr; r += 2) { /* rows (r, r + 1) as pairs; a row past nr is 0 */
         const uint16_t *zero = (const uint16_t *)s->zeros;
         pl->kern->interleave_bf16((int)D, (const uint16_t *)(s->Q2 + r * D2),
                                   r + 1 < nr ? (const uint16_t *)(s->Q2 + (r + 1) * D2) : zero,
                                   s->Qp + r / 2 * D);
-        pl->kern->interleave_bf16((int)D, (const uint16_t *)(s->dO2 + r * D2),
-                                  r + 1 < nr ? (const uint16_t *)(s->dO2 + (r + 1) * D2) : zero,
-                                  s->dOp + r / 2 * D);
+        pl->kern->interleave_bf16((int)Dv, (const uint16_t *)(s->dO2 + r * Dv2),
+                                  r + 1 < nr ? (const uint16_t *)(s->dO2 + (r + 1) * Dv2) : zero,
+                                  s->dOp + r / 2 * Dv);
     }
 }
 
@@ -308,7 +322,7 @@ static void scores(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, in
     } else { /* bf16 rows the forward widened: fp32 Q, as the forward converted it */
         const int64_t rq = fa__row0_q(p, b);
         for (int64_t r = 0; r < m; r++) // s->tmp: [m, D], m <= 64 < FA_BC
-            load_row(pl, s->tmp + r * D, fa__elem(&p->q, b, rq + i0 + split + r, h), &p->q,
+            load_row(pl, s->tmp + r * D, fa__elem(&p->q, b, rq + i0 + split + r, h), &p->q, D,
                      pl->qscale);
         kern->qk_rows(m, (int)n, (int)D, s->tmp, D, k, p->k.dtype, S, FA_BC, NULL);
     }
@@ -362,8 +376,8 @@ static void clear_masked_pairs(const bwd_plan *pl, const bwd_scratch *s, const b
     }
 }
 
-/* Rows i0..i0+nr of head h against keys j0..j0+n (Kt, Vt: [D, Bc] packed): leaves Pd in s->P
- * and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
+/* Rows i0..i0+nr of head h against keys j0..j0+n (Kt: [D, Bc], Vt: [Dv, Bc] packed): leaves
+ * Pd in s->P and dS (with respect to the scaled, uncapped score) in s->dS, both [nr, Bc], for the rows
  * [tl->lo, tl->hi) that see any of the keys (fa__block_rows); the others are not computed. Plan
  * bf16: also dS as bf16 in s->dS2 and, when dkdv, the pairs add_dkdv takes in s->PX, s->dSX;
  * plan pair_step: only those, in place of the fp32 Pd and dS (s->P, s->dS keep S and dP). Pd
@@ -373,18 +387,18 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
                  int dkdv) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
+    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, Dv = p->Dv;
     *tl = (bwd_tile){.b = b, .i0 = i0, .nr = nr, .j0 = j0, .n = n};
     fa__block_rows(p, i0, nr, j0, n, off, &tl->lo, &tl->hi);
     const int64_t r0 = tl->lo, rows = tl->hi - tl->lo;
     if (rows == 0) return;
     scores(pl, s, Kt, b, h, i0, r0, tl->hi, j0, n);
-    const int64_t D2 = (D + 1) / 2;
+    const int64_t Dv2 = (Dv + 1) / 2;
     if (pl->bf16) // dPd: [rows, n]
-        kern->qk_bf16((int)rows, (int)n, (int)D2, s->dO2 + r0 * D2, D2, (const uint32_t *)Vt, FA_BC,
-                      1.0f, s->dS + r0 * FA_BC, FA_BC);
+        kern->qk_bf16((int)rows, (int)n, (int)Dv2, s->dO2 + r0 * Dv2, Dv2, (const uint32_t *)Vt,
+                      FA_BC, 1.0f, s->dS + r0 * FA_BC, FA_BC);
     else
-        kern->qk((int)rows, (int)n, (int)D, s->dO + r0 * D, D, Vt, FA_BC, s->dS + r0 * FA_BC,
+        kern->qk((int)rows, (int)n, (int)Dv, s->dO + r0 * Dv, Dv, Vt, FA_BC, s->dS + r0 * FA_BC,
                  FA_BC);
     const int masked = tl->masked = fa__block_masked(p, i0, nr, j0, n, off, sk);
     tl->ka = 0, tl->ke = n;
@@ -422,22 +436,23 @@ static void tile(const bwd_plan *pl, const bwd_scratch *s, const float *Kt, cons
     if (pl->bf16 && dkdv) pair_rows(pl, s, r0, tl->hi, n);
 }
 
-/* Floats between packed blocks of Kᵀ or Vᵀ ([D, Bc] each). */
+/* Floats between packed blocks of Kᵀ ([D, Bc] each; Vᵀ: [Dv, Bc], pack_stride(Dv)). */
 static size_t pack_stride(int64_t D) { return fa__round_up((size_t)FA_BC * D); }
 
 /* Kᵀ and Vᵀ of keys row0..row0+n into the kb-th blocks of Kt and Vt. */
 static void pack_kv(const bwd_plan *pl, const bwd_scratch *s, float *Kt, float *Vt, int64_t kb,
                     int64_t b, int64_t hk, int64_t row0, int64_t n) {
-    const size_t at = (size_t)kb * pack_stride(pl->p->D);
-    if (pl->bf16) { /* Kᵀ and Vᵀ as [D/2, n] bf16 pairs */
-        fa__pack_k_bf16(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, (uint32_t *)(Kt + at),
+    const fa__problem *p = pl->p;
+    const size_t at = (size_t)kb * pack_stride(p->D), atv = (size_t)kb * pack_stride(p->Dv);
+    if (pl->bf16) { /* Kᵀ and Vᵀ as [D/2, n] and [Dv/2, n] bf16 pairs */
+        fa__pack_k_bf16(p->D, pl->kern, &p->k, b, row0, hk, n, (uint32_t *)(Kt + at),
                         (uint16_t *)s->tmp);
-        fa__pack_k_bf16(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, (uint32_t *)(Vt + at),
+        fa__pack_k_bf16(p->Dv, pl->kern, &p->v, b, row0, hk, n, (uint32_t *)(Vt + atv),
                         (uint16_t *)s->tmp);
         return;
     }
-    fa__kv_block(pl->p, pl->kern, &pl->p->k, b, row0, hk, n, 1, Kt + at, FA_BC, s->tmp);
-    fa__kv_block(pl->p, pl->kern, &pl->p->v, b, row0, hk, n, 1, Vt + at, FA_BC, s->tmp);
+    fa__kv_block(p->D, pl->kern, &p->k, b, row0, hk, n, 1, Kt + at, FA_BC, s->tmp);
+    fa__kv_block(p->Dv, pl->kern, &p->v, b, row0, hk, n, 1, Vt + atv, FA_BC, s->tmp);
 }
 
 /* A bf16 value of a row: element t of a bf16 row (u) or half k of word t of pairs (w). */
@@ -454,7 +469,7 @@ static float pair_at(const uint32_t *w, int64_t t, int64_t k) {
 static int rows_nonfinite(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl) {
     if (!tl->masked) return 0;
     const fa__problem *p = pl->p;
-    const int64_t D = p->D, D2 = (D + 1) / 2;
+    const int64_t D = p->D, D2 = (D + 1) / 2, Dv = p->Dv, Dv2 = (Dv + 1) / 2;
     const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
     const int64_t lo = pl->bf16 ? tl->lo & ~(int64_t)1 : tl->lo; /* the pairs' rows */
     const int64_t hi = pl->bf16 && tl->hi % 2 && tl->hi < tl->nr ? tl->hi + 1 : tl->hi;
@@ -464,9 +479,9 @@ static int rows_nonfinite(const bwd_plan *pl, const bwd_scratch *s, const bwd_ti
         if (a == 0 && e == tl->n) continue; /* it sees every key: no masked 0 */
         if (!s->row_finite[r]) {
             const int ok = pl->bf16 ? fa__finite(s->Q2 + r * D2, FA_DTYPE_BF16, D, 1) &&
-                                          fa__finite(s->dO2 + r * D2, FA_DTYPE_BF16, D, 1)
+                                          fa__finite(s->dO2 + r * Dv2, FA_DTYPE_BF16, Dv, 1)
                                     : fa__finite(s->Q + r * D, FA_DTYPE_F32, D, 1) &&
-                                          fa__finite(s->dO + r * D, FA_DTYPE_F32, D, 1);
+                                          fa__finite(s->dO + r * Dv, FA_DTYPE_F32, Dv, 1);
             s->row_finite[r] = ok ? 1 : 2;
         }
         if (s->row_finite[r] == 2) return 1;
@@ -494,16 +509,15 @@ static int keys_nonfinite(const bwd_plan *pl, const bwd_tile *tl, const float *K
 static void add_dkdv_exact(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, float *dk,
                            float *dv) {
     const fa__problem *p = pl->p;
-    const int64_t D = p->D, D2 = (D + 1) / 2, r0 = tl->lo & ~1;
+    const int64_t D = p->D, D2 = (D + 1) / 2, Dv = p->Dv, Dv2 = (Dv + 1) / 2, r0 = tl->lo & ~1;
     const int64_t sq = fa__seqlen_q(p, tl->b), sk = fa__seqlen_k(p, tl->b);
     for (int64_t r = tl->lo; r < tl->hi; r++) {
-        float qb[256], db[256]; /* plan bf16: the row's q and dout (D <= 256) */
-        const float *q = s->Q + r * D, *d = s->dO + r * D;
+        float qb[256], db[256]; /* plan bf16: the row's q and dout (D, Dv <= 256) */
+        const float *q = s->Q + r * D, *d = s->dO + r * Dv;
         if (pl->bf16) {
-            for (int64_t t = 0; t < D; t++) {
-                qb[t] = bf16_at((const uint16_t *)(s->Q2 + r * D2), t);
-                db[t] = bf16_at((const uint16_t *)(s->dO2 + r * D2), t);
-            }
+            for (int64_t t = 0; t < D; t++) qb[t] = bf16_at((const uint16_t *)(s->Q2 + r * D2), t);
+            for (int64_t t = 0; t < Dv; t++)
+                db[t] = bf16_at((const uint16_t *)(s->dO2 + r * Dv2), t);
             q = qb, d = db;
         }
         int64_t a, e;
@@ -512,20 +526,18 @@ static void add_dkdv_exact(const bwd_plan *pl, const bwd_scratch *s, const bwd_t
             const int64_t at = (r - r0) / 2 * FA_BC + j, k = (r - r0) % 2; /* PX, dSX: pairs */
             const float pj = pl->bf16 ? pair_at(s->PX, at, k) : s->P[r * FA_BC + j];
             const float dsj = pl->bf16 ? pair_at(s->dSX, at, k) : s->dS[r * FA_BC + j];
-            for (int64_t t = 0; t < D; t++) {
-                dk[j * D + t] += dsj * q[t];
-                dv[j * D + t] += pj * d[t];
-            }
+            for (int64_t t = 0; t < D; t++) dk[j * D + t] += dsj * q[t];
+            for (int64_t t = 0; t < Dv; t++) dv[j * Dv + t] += pj * d[t];
         }
     }
 }
 
 /* dK += dSᵀ Q and dV += Pdᵀ dO for the tile just built, over its rows [lo, hi) and n keys;
- * dk, dv: [n, D]. */
+ * dk: [n, D], dv: [n, Dv]. */
 static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *tl, float *dk,
                      float *dv) {
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = pl->p->D, lo = tl->lo, hi = tl->hi, rows = hi - lo;
+    const int64_t D = pl->p->D, Dv = pl->p->Dv, lo = tl->lo, hi = tl->hi, rows = hi - lo;
     const int64_t nb = tl->n;
     if (rows == 0) return;
     if (rows_nonfinite(pl, s, tl)) {
@@ -536,21 +548,21 @@ static void add_dkdv(const bwd_plan *pl, const bwd_scratch *s, const bwd_tile *t
         const int64_t r0 = lo & ~(int64_t)1, pairs = (hi - r0 + 1) / 2; /* PX, dSX from tile() */
         kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->dSX, FA_BC, s->Qp + r0 / 2 * D, D, s->ones,
                         dk, D);
-        kern->pv_bf16_t((int)nb, (int)pairs, (int)D, s->PX, FA_BC, s->dOp + r0 / 2 * D, D,
-                        s->ones, dv, D);
+        kern->pv_bf16_t((int)nb, (int)pairs, (int)Dv, s->PX, FA_BC, s->dOp + r0 / 2 * Dv, Dv,
+                        s->ones, dv, Dv);
         return;
     }
     if (kern->pv_t) { /* P and dS as they are: the kernel reads them transposed */
         kern->pv_t((int)nb, (int)rows, (int)D, s->dS + lo * FA_BC, FA_BC, s->Q + lo * D, D,
                    s->ones, dk, D);
-        kern->pv_t((int)nb, (int)rows, (int)D, s->P + lo * FA_BC, FA_BC, s->dO + lo * D, D,
-                   s->ones, dv, D);
+        kern->pv_t((int)nb, (int)rows, (int)Dv, s->P + lo * FA_BC, FA_BC, s->dO + lo * Dv, Dv,
+                   s->ones, dv, Dv);
         return;
     }
     kern->transpose((int)rows, (int)nb, s->P + lo * FA_BC, FA_BC, s->PT, pl->br); // PT: [nb, rows]
     kern->transpose((int)rows, (int)nb, s->dS + lo * FA_BC, FA_BC, s->dST, pl->br); // dST
     kern->pv((int)nb, (int)rows, (int)D, s->dST, pl->br, s->Q + lo * D, D, s->ones, dk, D);
-    kern->pv((int)nb, (int)rows, (int)D, s->PT, pl->br, s->dO + lo * D, D, s->ones, dv, D);
+    kern->pv((int)nb, (int)rows, (int)Dv, s->PT, pl->br, s->dO + lo * Dv, Dv, s->ones, dv, Dv);
 }
 
 /* add_dq's sums over the tile's rows [lo, hi), each row summing only the keys it sees. */
@@ -601,7 +613,7 @@ static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, 
     const fa__problem *p = pl->p;
     if (pl->bf16) {
         *ld = p->D;
-        fa__pack_v_bf16(p, pl->kern, &p->k, b, row0, hk, n, (uint32_t *)rows);
+        fa__pack_v_bf16(p->D, pl->kern, &p->k, b, row0, hk, n, (uint32_t *)rows);
         return rows;
     }
     if (fa__rows_in_place(&p->k, pl->kern)) {
@@ -609,7 +621,7 @@ static const float *k_rows(const bwd_plan *pl, const bwd_scratch *s, int64_t b, 
         return fa__elem(&p->k, b, row0, hk);
     }
     *ld = p->D;
-    return fa__kv_block(p, pl->kern, &p->k, b, row0, hk, n, 0, rows, p->D, s->tmp);
+    return fa__kv_block(p->D, pl->kern, &p->k, b, row0, hk, n, 0, rows, p->D, s->tmp);
 }
 
 /* Where key j of a block starts in k_rows's operand (row stride ldk). */
@@ -620,13 +632,13 @@ static int64_t k_at(const bwd_plan *pl, int64_t j, int64_t ldk) {
 static void store_dkdv(const bwd_plan *pl, int64_t b, int64_t hk, int64_t j0, int64_t n,
                        const float *dk, const float *dv) {
     const fa__problem *p = pl->p;
-    const int64_t D = p->D, rk = fa__row0_k(p, b);
+    const int64_t D = p->D, Dv = p->Dv, rk = fa__row0_k(p, b);
     const float dk_scale = pl->bf16 ? p->scale : p->scale / pl->qscale; /* fp32 Q: times qscale */
     for (int64_t j = 0; j < n; j++) {
         fa__store_f32(pl->kern, fa__elem(&p->dk, b, rk + j0 + j, hk), p->dk.dtype, dk + j * D, D,
                       p->dk.sd, dk_scale);
-        fa__store_f32(pl->kern, fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, dv + j * D, D,
-                      p->dv.sd, 1.0f);
+        fa__store_f32(pl->kern, fa__elem(&p->dv, b, rk + j0 + j, hk), p->dv.dtype, dv + j * Dv,
+                      Dv, p->dv.sd, 1.0f);
     }
 }
 
@@ -652,7 +664,7 @@ static void prefetch_next_rows(const bwd_plan *pl, int64_t b, int64_t hk, int64_
     if (nh < (hk + 1) * pl->g) {
         const int64_t nn = sq - ni < pl->br ? sq - ni : pl->br;
         fa__prefetch_block(&p->q, b, fa__row0_q(p, b) + ni, nn, nh, p->D);
-        fa__prefetch_block(&p->dout, b, fa__row0_q(p, b) + ni, nn, nh, p->D);
+        fa__prefetch_block(&p->dout, b, fa__row0_q(p, b) + ni, nn, nh, p->Dv);
     }
 }
 
@@ -678,21 +690,22 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16, pl->br);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p, pl->bf16, pl->br);
 
     const int64_t b = fa__task_batch(pl->start[1], p->B, task), local = task - pl->start[1][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
     const int64_t span = (int64_t)FA_KV_TASK * FA_BC, nkt = (sk + span - 1) / span;
     const int64_t hk = local / nkt, j0 = local % nkt * span, rk = fa__row0_k(p, b);
     const int64_t n = sk - j0 < span ? sk - j0 : span, nblocks = (n + FA_BC - 1) / FA_BC;
-    const size_t stride = pack_stride(D);
+    const int64_t Dv = p->Dv;
+    const size_t stride = pack_stride(D), vstride = pack_stride(Dv);
 
     for (int kb = 0; kb < nblocks; kb++) {
         const int64_t jb = j0 + kb * FA_BC, nb = j0 + n - jb < FA_BC ? j0 + n - jb : FA_BC;
         pack_kv(pl, &s, s.Kt, s.Vt, kb, b, hk, rk + jb, nb);
     }
     memset(s.acc1, 0, (size_t)n * D * sizeof(float)); // dK: [n, D]
-    memset(s.acc2, 0, (size_t)n * D * sizeof(float)); // dV: [n, D]
+    memset(s.acc2, 0, (size_t)n * Dv * sizeof(float)); // dV: [n, Dv]
 
     /* Query rows that see any key of the task: [i_begin, i_end). */
     int64_t i_begin = p->window_right < 0 ? 0 : j0 - off - p->window_right;
@@ -711,9 +724,10 @@ static void dkdv_task(void *arg, int64_t task, int worker) {
                 for (int64_t jp = jb, np; jp < jb + nb; jp += np) { // part [jp, jp + np)
                     np = part_keys(p, i0, nr, jp, jb + nb - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - jb);
+                    const size_t atv = (size_t)kb * vstride + (size_t)(jp - jb);
                     bwd_tile tl;
-                    tile(pl, &s, s.Kt + at, s.Vt + at, b, h, i0, nr, jp, np, &tl, 1);
-                    add_dkdv(pl, &s, &tl, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * D);
+                    tile(pl, &s, s.Kt + at, s.Vt + atv, b, h, i0, nr, jp, np, &tl, 1);
+                    add_dkdv(pl, &s, &tl, s.acc1 + (jp - j0) * D, s.acc2 + (jp - j0) * Dv);
                 }
             }
         }
@@ -727,7 +741,7 @@ static void dq_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16, pl->br);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p, pl->bf16, pl->br);
 
     const int64_t b = fa__task_batch(pl->start[2], p->B, task), local = task - pl->start[2][b];
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq, D = p->D;
@@ -746,7 +760,7 @@ static void dq_task(void *arg, int64_t task, int worker) {
         const int64_t nn = fa__next_block(j0, j_end);
         if (nn > 0) { /* the next key block arrives while this one runs */
             fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
-            fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, D);
+            fa__prefetch_block(&p->v, b, rk + j0 + FA_BC, nn, hk, p->Dv);
         }
         for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
             np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
@@ -763,8 +777,8 @@ static void dq_task(void *arg, int64_t task, int worker) {
 /* The head scratch of a batch with sk keys: Kᵀ, Vᵀ packed for every key block, the dK and dV
  * sums, and (unless K is used in place) K as fp32 rows. */
 typedef struct bwd_head {
-    float *Kt, *Vt; /* [nkb][D, Bc] */
-    float *dk, *dv; /* [sk, D] */
+    float *Kt, *Vt; /* [nkb][D, Bc], [nkb][Dv, Bc] */
+    float *dk, *dv; /* [sk, D], [sk, Dv] */
     float *krows;   /* [sk, D] */
 } bwd_head;
 
@@ -772,15 +786,18 @@ typedef struct bwd_head {
 static size_t carve_head(const bwd_plan *pl, float *at, int64_t sk, bwd_head *h) {
     const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
     const int64_t packed = fa__size_mul(nkb, (int64_t)pack_stride(pl->p->D));
+    const int64_t vpacked = fa__size_mul(nkb, (int64_t)pack_stride(pl->p->Dv));
     const int64_t rows =
         fa__size_round_up(fa__size_mul(fa__size_mul(nkb, FA_BC), pl->p->D), FA_ALIGN);
+    const int64_t vrows =
+        fa__size_round_up(fa__size_mul(fa__size_mul(nkb, FA_BC), pl->p->Dv), FA_ALIGN);
     const int64_t total = fa__size_add(
-        fa__size_mul(2, packed),
-        fa__size_mul(fa__rows_in_place(&pl->p->k, pl->kern) ? 2 : 3, rows));
+        fa__size_add(fa__size_add(packed, vpacked), vrows),
+        fa__size_mul(fa__rows_in_place(&pl->p->k, pl->kern) ? 1 : 2, rows));
     memset(h, 0, sizeof *h);
     if (at) {
-        h->Kt = at, h->Vt = at + packed, h->dk = at + 2 * packed, h->dv = h->dk + rows;
-        h->krows = h->dv + rows;
+        h->Kt = at, h->Vt = at + packed, h->dk = h->Vt + vpacked, h->dv = h->dk + rows;
+        h->krows = h->dv + vrows;
     }
     return total < 0 ? SIZE_MAX : (size_t)total; /* SIZE_MAX: too long to fuse (size.h) */
 }
@@ -800,13 +817,14 @@ static void fused_task(void *arg, int64_t task, int worker) {
     const bwd_plan *pl = arg;
     const fa__problem *p = pl->p;
     bwd_scratch s;
-    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p->D, pl->bf16, pl->br);
+    carve(&s, pl->scratch + (size_t)worker * pl->scratch_floats, p, pl->bf16, pl->br);
 
     const int64_t b = task / p->Hk, hk = task % p->Hk, D = p->D, rk = fa__row0_k(p, b);
-    const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
+    const int64_t Dv = p->Dv, sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     const int64_t nkb = (sk + FA_BC - 1) / FA_BC;
-    const size_t stride = pack_stride(D);
+    const size_t stride = pack_stride(D), vstride = pack_stride(Dv);
     const size_t packed = (size_t)(pl->bf16 ? (D + 1) / 2 : D) * FA_BC; /* words used per block */
+    const size_t vpacked = (size_t)(pl->bf16 ? (Dv + 1) / 2 : Dv) * FA_BC;
     bwd_head hd;
     carve_head(pl, pl->head + (size_t)worker * pl->head_floats, sk, &hd);
     float *Kt = hd.Kt, *Vt = hd.Vt, *dk = hd.dk, *dv = hd.dv, *krows = hd.krows;
@@ -819,7 +837,7 @@ static void fused_task(void *arg, int64_t task, int worker) {
         if (!k_in_place) k_rows(pl, &s, b, hk, rk + j0, n, krows + k_at(pl, j0, D), &ldk);
     }
     memset(dk, 0, (size_t)(sk * D) * sizeof(float)); // dK: [sk, D]
-    memset(dv, 0, (size_t)(sk * D) * sizeof(float)); // dV: [sk, D]
+    memset(dv, 0, (size_t)(sk * Dv) * sizeof(float)); // dV: [sk, Dv]
     for (int64_t hh = 0; hh < pl->g; hh++) {
         const int64_t h = hk * pl->g + hh;
         for (int64_t i0 = 0; i0 < sq; i0 += pl->br) {
@@ -840,16 +858,17 @@ static void fused_task(void *arg, int64_t task, int worker) {
                     fa__prefetch_block(&p->k, b, rk + j0 + FA_BC, nn, hk, D);
                 if (nn > 0) { /* the next tile's head scratch */
                     prefetch_floats(Kt + (kb + 1) * stride, packed, 0);
-                    prefetch_floats(Vt + (kb + 1) * stride, packed, 0);
+                    prefetch_floats(Vt + (kb + 1) * vstride, vpacked, 0);
                     prefetch_floats(dk + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
-                    prefetch_floats(dv + (j0 + FA_BC) * D, (size_t)(nn * D), 1);
+                    prefetch_floats(dv + (j0 + FA_BC) * Dv, (size_t)(nn * Dv), 1);
                 }
                 for (int64_t jp = j0, np; jp < j0 + n; jp += np) { // part [jp, jp + np)
                     np = part_keys(p, i0, nr, jp, j0 + n - jp, off, sk);
                     const size_t at = (size_t)kb * stride + (size_t)(jp - j0);
+                    const size_t atv = (size_t)kb * vstride + (size_t)(jp - j0);
                     bwd_tile tl;
-                    tile(pl, &s, Kt + at, Vt + at, b, h, i0, nr, jp, np, &tl, 1);
-                    add_dkdv(pl, &s, &tl, dk + jp * D, dv + jp * D);
+                    tile(pl, &s, Kt + at, Vt + atv, b, h, i0, nr, jp, np, &tl, 1);
+                    add_dkdv(pl, &s, &tl, dk + jp * D, dv + jp * Dv);
                     add_dq(pl, &s, &tl, K + k_at(pl, jp - j0, ldk), ldk, s.acc1);
                 }
             }
@@ -864,9 +883,10 @@ static void clear_outside(const fa__problem *p) {
         fa__zero_rows(&p->dq, p->H, p->D, 0, p->cu_q[0]);
     fa__zero_rows(&p->dq, p->H, p->D, p->cu_q[p->B], p->total_q);
     const fa__view *kv[2] = {&p->dk, &p->dv};
+    const int64_t dims[2] = {p->D, p->Dv};
     for (int t = 0; t < 2; t++) {
-        fa__zero_rows(kv[t], p->Hk, p->D, 0, p->cu_k[0]);
-        fa__zero_rows(kv[t], p->Hk, p->D, p->cu_k[p->B], p->total_k);
+        fa__zero_rows(kv[t], p->Hk, dims[t], 0, p->cu_k[0]);
+        fa__zero_rows(kv[t], p->Hk, dims[t], p->cu_k[p->B], p->total_k);
     }
 }
 
@@ -885,7 +905,7 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     pl.br = max_sq >= FA_BR_LONG_FROM ? FA_BR_LONG : FA_BR_SHORT;
 
     bwd_scratch probe;
-    pl.scratch_floats = carve(&probe, NULL, p->D, pl.bf16, pl.br);
+    pl.scratch_floats = carve(&probe, NULL, p, pl.bf16, pl.br);
     const int nthreads = fa__context_threads(ctx);
     /* Fused when the threads get enough (b, hk) tasks and the head scratch is small enough. */
     bwd_head none;
@@ -923,9 +943,10 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p) {
     }
     bwd_scratch s0;
     for (int w = 0; w < nthreads; w++) { /* the ones vector never changes */
-        carve(&s0, pl.scratch + (size_t)w * pl.scratch_floats, p->D, pl.bf16, pl.br);
+        carve(&s0, pl.scratch + (size_t)w * pl.scratch_floats, p, pl.bf16, pl.br);
         for (int t = 0; t < FA_ONES; t++) s0.ones[t] = 1.0f;
-        if (pl.bf16) memset(s0.zeros, 0, (size_t)(p->D > FA_BC ? p->D : FA_BC) * sizeof(float));
+        if (pl.bf16)
+            memset(s0.zeros, 0, (size_t)max2(max2(p->D, p->Dv), FA_BC) * sizeof(float));
     }
     if (p->cu_q) clear_outside(p);
     fa__context_run(ctx, pl.start[0][p->B], delta_task, &pl);

@@ -50,13 +50,13 @@ fa__score_path fa__fwd_score_rows(const fa__problem *p, const fa__cpu_kernels *k
  * get zeros). Returns FA_OK or FA_ERR_NO_MEMORY, in which case nothing has been written. */
 fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);
 
-/* The append of fa_forward_kvcache: k_new/v_new (B, S_new, Hk, D) written into the caches at
- * absolute positions seqlens[b] + i (the cache views carry page table and batch index, no
- * leftpad), k_new rotated first when rotary.cos is set. */
+/* The append of fa_forward_kvcache: k_new (B, S_new, Hk, D) and v_new (B, S_new, Hk, Dv)
+ * written into the caches at absolute positions seqlens[b] + i (the cache views carry page table
+ * and batch index, no leftpad), k_new rotated first when rotary.cos is set. */
 typedef struct fa__kvappend {
     fa__view k_new, v_new, k_cache, v_cache;
     const int32_t *seqlens;
-    int64_t B, S_new, Hk, D;
+    int64_t B, S_new, Hk, D, Dv;
     fa__rotary rotary;
 } fa__kvappend;
 

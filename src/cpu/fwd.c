@@ -75,13 +75,13 @@ typedef struct fwd_plan {
                             FA_DECODE_ROWS_PACKED, decode_rows_f32) */
     int64_t split_rows;  /* batches with g·Sq <= this many rows split their keys */
     int64_t part_rows;   /* rows of a partial: at least g·Sq of every split batch */
-    float *partial;      /* per partial: m, l [part_rows] then O [part_rows, D] */
+    float *partial;      /* per partial: m, l [part_rows] then O [part_rows, Dv] */
     float *scratch;      /* [threads][scratch_floats] */
     size_t scratch_floats;
     float qscale, softcap_l2; /* fa__score_scales */
     int64_t ldk, ldv;         /* row strides of the packed fp32 Kᵀ and V (fa__packed_ld) */
     /* Head packs (fp32 products on packed K/V): each thread keeps the packed Kᵀ (per chunk of
-     * FA_BC keys a block pack's [D, FA_BC], ld ldk, one after the other) and V ([Sk, D], ld ldv)
+     * FA_BC keys a block pack's [D, FA_BC], ld ldk, one after the other) and V ([Sk, Dv], ld ldv)
      * of the last (batch, KV head) it worked on, filled a chunk at a time as its tasks reach
      * them. The query blocks of a head then
      * pack each key once per thread instead of once per block (K and V rows lie H·D apart, so
@@ -96,7 +96,7 @@ typedef struct fwd_plan {
 } fwd_plan;
 
 static size_t partial_floats(const fwd_plan *pl) {
-    return fa__round_up((size_t)(pl->part_rows * (pl->p->D + 2)));
+    return fa__round_up((size_t)(pl->part_rows * (pl->p->Dv + 2)));
 }
 
 /* Query positions per task: FA_ROWS rows of g query heads each, within [1, FA_BR_MAX]. */
@@ -165,20 +165,24 @@ static size_t state_rows(const fwd_plan *pl) {
     return (size_t)(block > split ? block : split);
 }
 
+/* Floats of a row on its way to a transpose (K: D) or of pv_exact's V (Dv). */
+static int64_t tmp_cols(const fa__problem *p) { return p->D > p->Dv ? p->D : p->Dv; }
+
 static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
-    const int64_t D = pl->p->D, Rmax = (int64_t)state_rows(pl), Rblk = pl->g * pl->br;
+    const int64_t D = pl->p->D, Dv = pl->p->Dv, Rmax = (int64_t)state_rows(pl);
+    const int64_t Rblk = pl->g * pl->br;
     float *at = pl->scratch + (size_t)worker * pl->scratch_floats;
     t->worker = worker;
 #define FA_TAKE(field, n) (t->field = at, at += fa__round_up((size_t)(n)))
     FA_TAKE(Q, Rmax * D);      // Q: [heads·R, D] (bf16: [heads·R, D/2] pairs)
     FA_TAKE(S, Rblk * FA_BC);  // S: [R, Bc]
-    FA_TAKE(O, Rmax * D);      // O: [heads·R, D]
+    FA_TAKE(O, Rmax * Dv);     // O: [heads·R, Dv]
     FA_TAKE(m, Rmax);          // m, l: [heads·R]
     FA_TAKE(l, Rmax);
     FA_TAKE(alpha, Rblk);      // alpha: [R]
     FA_TAKE(Kpack, D * pl->ldk);     // Kᵀ: [D, Bc] (ld ldk; bf16: [D/2, Bc] pairs, ld Bc)
-    FA_TAKE(Vpack, FA_BC * pl->ldv); // V: [Bc, D] (ld ldv; bf16: [Bc/2, D] pairs, ld D)
-    FA_TAKE(tmp, FA_BC * D);   // rows on their way to a transpose
+    FA_TAKE(Vpack, FA_BC * pl->ldv); // V: [Bc, Dv] (ld ldv; bf16: [Bc/2, Dv] pairs, ld Dv)
+    FA_TAKE(tmp, FA_BC * tmp_cols(pl->p)); // K rows on their way to a transpose, pv_exact's V
     t->P2 = (uint32_t *)at;    // bf16 P: [R, Bc/2] pairs
 #undef FA_TAKE
 }
@@ -186,12 +190,12 @@ static void carve(const fwd_plan *pl, fwd_rows *t, int worker) {
 /* The floats carve() takes, term by term; FA_SIZE_OVERFLOW when they do not fit (size.h). */
 static int64_t scratch_floats(const fwd_plan *pl) {
     /* R: state_rows(), checked */
-    const int64_t D = pl->p->D, Rblk = fa__size_mul(pl->g, pl->br);
+    const int64_t D = pl->p->D, Dv = pl->p->Dv, Rblk = fa__size_mul(pl->g, pl->br);
     const int64_t Rsplit = fa__size_mul(pl->p->Hk, pl->part_rows);
     const int64_t R = Rblk < 0 || Rsplit < 0 ? FA_SIZE_OVERFLOW : Rblk > Rsplit ? Rblk : Rsplit;
-    const int64_t terms[][2] = {{R, D},     {R, D},     {Rblk, FA_BC}, {R, 1},
-                                {R, 1},     {Rblk, 1},  {D, pl->ldk},  {FA_BC, pl->ldv},
-                                {FA_BC, D}, {Rblk, FA_BC / 2}};
+    const int64_t terms[][2] = {{R, D},     {R, Dv},    {Rblk, FA_BC},     {R, 1},
+                                {R, 1},     {Rblk, 1},  {D, pl->ldk},      {FA_BC, pl->ldv},
+                                {FA_BC, tmp_cols(pl->p)},                  {Rblk, FA_BC / 2}};
     int64_t n = 0;
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++)
         n = fa__size_add(n, fa__size_round_up(fa__size_mul(terms[i][0], terms[i][1]), FA_ALIGN));
@@ -228,27 +232,27 @@ static void softmax_block(const fwd_plan *pl, fwd_rows *t, int64_t hk, float *S,
 }
 
 /* O = diag(alpha) O + P V on rows [r0, r1) of head hk over keys [j0, j0 + n), each row summing
- * only the keys it sees: S and alpha are indexed by the head's rows r, O is the head's [R, D].
+ * only the keys it sees: S and alpha are indexed by the head's rows r, O is the head's [R, Dv].
  * The products take a masked P of exactly 0 times V, and 0 times a NaN or an infinity is NaN:
  * blocks at the band's edge whose V holds one take this path instead (the non-finite rule, rule
  * 3), so a key a row cannot see never reaches it. */
 static void pv_exact(const fwd_plan *pl, fwd_rows *t, int64_t hk, const float *S,
                      const float *alpha, float *O, int64_t j0, int64_t n, int64_t r0, int64_t r1) {
     const fa__problem *p = pl->p;
-    const int64_t D = p->D, b = t->b, rk = fa__row0_k(p, b);
+    const int64_t Dv = p->Dv, b = t->b, rk = fa__row0_k(p, b);
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
-    float *v = t->tmp; // v: [n, D]
+    float *v = t->tmp; // v: [n, Dv]
     for (int64_t j = 0; j < n; j++)
-        fa__load_f32(v + j * D, 1, fa__elem(&p->v, b, rk + j0 + j, hk), p->v.dtype, D, p->v.sd,
+        fa__load_f32(v + j * Dv, 1, fa__elem(&p->v, b, rk + j0 + j, hk), p->v.dtype, Dv, p->v.sd,
                      1.0f);
     for (int64_t r = r0; r < r1; r++) {
-        float acc[256]; /* D <= 256 */
+        float acc[256]; /* Dv <= 256 */
         int64_t a, e;
         fa__row_keys(p, t->i0 + r % t->nr, j0, n, off, sk, &a, &e);
-        for (int64_t u = 0; u < D; u++) acc[u] = 0.0f;
+        for (int64_t u = 0; u < Dv; u++) acc[u] = 0.0f;
         for (int64_t j = a; j < e; j++)
-            for (int64_t u = 0; u < D; u++) acc[u] += S[r * FA_BC + j] * v[j * D + u];
-        for (int64_t u = 0; u < D; u++) O[r * D + u] = alpha[r] * O[r * D + u] + acc[u];
+            for (int64_t u = 0; u < Dv; u++) acc[u] += S[r * FA_BC + j] * v[j * Dv + u];
+        for (int64_t u = 0; u < Dv; u++) O[r * Dv + u] = alpha[r] * O[r * Dv + u] + acc[u];
     }
 }
 
@@ -267,11 +271,12 @@ static int v_nonfinite(const fwd_plan *pl, const fwd_rows *t, int64_t hk, const 
     for (int u = 0; u < 2; u++) {
         const int64_t lo = runs[u][0] / pairs, hi = (runs[u][1] + pairs - 1) / pairs;
         if (!V && lo < hi &&
-            !fa__rows_finite(&p->v, b, fa__row0_k(p, b) + j0 + lo, hi - lo, hk, p->D))
+            !fa__rows_finite(&p->v, b, fa__row0_k(p, b) + j0 + lo, hi - lo, hk, p->Dv))
             return 1;
-        for (int64_t r = lo; V && r < hi; r++) /* fp32 rows, or pair rows of 2·D bf16 */
-            if (pairs == 1 ? !fa__finite((const float *)V + r * ld, FA_DTYPE_F32, p->D, 1)
-                           : !fa__finite((const uint32_t *)V + r * ld, FA_DTYPE_BF16, 2 * p->D, 1))
+        for (int64_t r = lo; V && r < hi; r++) /* fp32 rows, or pair rows of 2·Dv bf16 */
+            if (pairs == 1 ? !fa__finite((const float *)V + r * ld, FA_DTYPE_F32, p->Dv, 1)
+                           : !fa__finite((const uint32_t *)V + r * ld, FA_DTYPE_BF16, 2 * p->Dv,
+                                         1))
                 return 1;
     }
     return 0;
@@ -382,10 +387,10 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                          int64_t nn, int masked, int qbf16) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = p->D, b = t->b, R = t->R, rk = fa__row0_k(p, b), h00 = t->hk0;
+    const int64_t D = p->D, Dv = p->Dv, b = t->b, R = t->R, rk = fa__row0_k(p, b), h00 = t->hk0;
     const int64_t hg = (pl->g * pl->br) / R, hend = h00 + t->nh; /* hg: heads whose S fits */
     const int64_t kes = fa__dtype_size(p->k.dtype), ves = fa__dtype_size(p->v.dtype);
-    const int kb = (int)(D * kes), vb = (int)(D * ves); /* bytes of a row */
+    const int kb = (int)(D * kes), vb = (int)(Dv * ves); /* bytes of a row */
     const int64_t kstep = p->k.sh * kes, vstep = p->v.sh * ves;
     const int qkk = p->k.dtype == FA_DTYPE_F32 ? FA_QK_KEYS_F32 : kern->decode_keys_half[0];
     const int pvk = p->v.dtype == FA_DTYPE_F32 ? FA_PV_KEYS_F32 : kern->decode_keys_half[1];
@@ -456,22 +461,23 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
                 const int c = cur.c;
                 const float *sp = t->S + (hk - h0) * R * FA_BC + jg; // P: [R, c]
                 const float *alpha = jg == 0 ? t->alpha + (hk - h0) * R : decode_ones;
-                float *o = t->O + (hk - h00) * R * D;
+                float *o = t->O + (hk - h00) * R * Dv;
                 if (qbf16) { /* P rounded to bf16 pairs, as the prefill's bf16 P V takes it */
                     enum { LD2 = FA_DECODE_KEYS / 2 };
                     uint32_t p2[FA_DECODE_ROWS * LD2]; // P: [R, c/2] pairs
                     for (int64_t r = 0; r < R; r++)
                         kern->to_bf16(c, sp + r * FA_BC, (uint16_t *)(p2 + r * LD2));
-                    kern->pv_rows_bf16((int)R, c, (int)D, p2, LD2, v, alpha, o, D, &pf);
+                    kern->pv_rows_bf16((int)R, c, (int)Dv, p2, LD2, v, alpha, o, Dv, &pf);
                 } else {
-                    kern->pv_rows((int)R, c, (int)D, sp, FA_BC, v, p->v.dtype, alpha, o, D, &pf);
+                    kern->pv_rows((int)R, c, (int)Dv, sp, FA_BC, v, p->v.dtype, alpha, o, Dv,
+                                  &pf);
                 }
             }
         }
         for (int64_t hk = h0; hk < h1; hk++)
             if (exact[hk - h0])
                 pv_exact(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R,
-                         t->O + (hk - h00) * R * D, j0, n, 0, R);
+                         t->O + (hk - h00) * R * Dv, j0, n, 0, R);
     }
 #undef FA_KRANGE
 #undef FA_VRANGE
@@ -486,7 +492,7 @@ static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t
     const fa__problem *p = pl->p;
     const int64_t D = p->D, b = t->b, rk = fa__row0_k(p, b), sk = fa__seqlen_k(p, b);
     float *kt = pl->hp + (size_t)t->worker * pl->hp_floats; // Kᵀ: [chunks][D, FA_BC] (ld ldk)
-    float *v = kt + (size_t)(pl->hp_chunks * D * pl->ldk);  // V: [Sk, D] (ld ldv)
+    float *v = kt + (size_t)(pl->hp_chunks * D * pl->ldk);  // V: [Sk, Dv] (ld ldv)
     uint8_t *done = pl->hp_done + (size_t)t->worker * pl->hp_chunks;
     if (pl->hp_head[t->worker] != b * p->Hk + hk) {
         memset(done, 0, (size_t)pl->hp_chunks);
@@ -495,10 +501,10 @@ static void head_pack(const fwd_plan *pl, const fwd_rows *t, int64_t hk, int64_t
     for (int64_t c = j0 / FA_BC; c <= (j0 + n - 1) / FA_BC; c++) {
         if (done[c]) continue;
         const int64_t c0 = c * FA_BC, m = sk - c0 < FA_BC ? sk - c0 : FA_BC;
-        fa__kv_block(p, pl->kern, &p->k, b, rk + c0, hk, m, 1, kt + c * D * pl->ldk, pl->ldk,
+        fa__kv_block(D, pl->kern, &p->k, b, rk + c0, hk, m, 1, kt + c * D * pl->ldk, pl->ldk,
                      t->tmp);
         if (!v_in_place)
-            fa__kv_block(p, pl->kern, &p->v, b, rk + c0, hk, m, 0, v + c0 * pl->ldv, pl->ldv,
+            fa__kv_block(p->Dv, pl->kern, &p->v, b, rk + c0, hk, m, 0, v + c0 * pl->ldv, pl->ldv,
                          t->tmp);
         done[c] = 1;
     }
@@ -522,7 +528,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                      int64_t j_next, int load_q) {
     const fa__problem *p = pl->p;
     const fa__cpu_kernels *kern = pl->kern;
-    const int64_t D = p->D, b = t->b, i0 = t->i0, nr = t->nr, R = t->R;
+    const int64_t D = p->D, Dv = p->Dv, b = t->b, i0 = t->i0, nr = t->nr, R = t->R;
     const int64_t sq = fa__seqlen_q(p, b), sk = fa__seqlen_k(p, b), off = sk - sq;
     const int64_t rq = fa__row0_q(p, b), rk = fa__row0_k(p, b);
 
@@ -545,7 +551,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         else if (p->q.sd == 1) kern->to_f32((int)D, src, p->q.dtype, pl->qscale, t->Q + r * D);
         else fa__load_f32(t->Q + r * D, 1, src, p->q.dtype, D, p->q.sd, pl->qscale);
     }
-    memset(t->O, 0, (size_t)(t->nh * R * D) * sizeof *t->O);
+    memset(t->O, 0, (size_t)(t->nh * R * Dv) * sizeof *t->O);
 
     for (int64_t j0 = j_lo, n; j0 < j_hi; j0 += n) {
         /* a task of many rows over a long band takes up to 0.1 s or more: a cancelled call
@@ -573,20 +579,21 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
         const int64_t runs = part ? pl->g : 1, len = part ? hi - lo : R;
         for (int64_t hk = t->hk0; hk < t->hk0 + t->nh; hk++) {
             const int64_t base = (hk - t->hk0) * R; /* this head's first state row */
-            float *S = t->S, *O = t->O + base * D;
-            const float *V = t->Vpack, *Kt = t->Kpack; // V: [n, D] (ld ldv), Kᵀ: [D, n] (ld ldk)
-            int64_t ldv = D, ldk = pl->ldk;
+            float *S = t->S, *O = t->O + base * Dv;
+            const float *V = t->Vpack, *Kt = t->Kpack; // V: [n, Dv] (ld ldv), Kᵀ: [D, n] (ld ldk)
+            int64_t ldv = Dv, ldk = pl->ldk;
             const int hp = pl->hp && !bf16 && t->nh == 1; /* split tasks walk every head */
             if (bf16) {
-                fa__pack_k_bf16(p, kern, &p->k, b, rk + j0, hk, n, (uint32_t *)t->Kpack, (uint16_t *)t->tmp);
-                fa__pack_v_bf16(p, kern, &p->v, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
+                fa__pack_k_bf16(D, kern, &p->k, b, rk + j0, hk, n, (uint32_t *)t->Kpack,
+                                (uint16_t *)t->tmp);
+                fa__pack_v_bf16(Dv, kern, &p->v, b, rk + j0, hk, n, (uint32_t *)t->Vpack);
             } else {
                 if (hp) {
                     head_pack(pl, t, hk, j0, n, v_in_place, &Kt, &V);
                 } else {
-                    fa__kv_block(p, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, ldk, t->tmp);
+                    fa__kv_block(D, kern, &p->k, b, rk + j0, hk, n, 1, t->Kpack, ldk, t->tmp);
                     if (!v_in_place)
-                        fa__kv_block(p, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, pl->ldv,
+                        fa__kv_block(Dv, kern, &p->v, b, rk + j0, hk, n, 0, t->Vpack, pl->ldv,
                                      t->tmp);
                 }
                 ldv = pl->ldv;
@@ -599,7 +606,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
             /* the next block arrives while this one runs, unless this thread packed it already */
             if (nn > 0 && !(hp && head_packed(pl, t, hk, jn))) {
                 fa__prefetch_block(&p->k, b, rk + jn, nn, hk, D);
-                fa__prefetch_block(&p->v, b, rk + jn, nn, hk, D);
+                fa__prefetch_block(&p->v, b, rk + jn, nn, hk, Dv);
             }
             const int64_t qr = fa__qk_chunk_rows(kern);
             for (int64_t u = 0; u < runs; u++) { // S rows [u·nr + lo, end): [len, n], then softmax
@@ -619,7 +626,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 }
             }
             /* at the band's edge, a non-finite V takes the exact path (pv_exact) */
-            const int exact = masked && (bf16 ? v_nonfinite(pl, t, hk, t->Vpack, 2, D, j0, n)
+            const int exact = masked && (bf16 ? v_nonfinite(pl, t, hk, t->Vpack, 2, Dv, j0, n)
                                               : v_nonfinite(pl, t, hk, V, 1, ldv, j0, n));
             for (int64_t u = 0; u < runs; u++) { // O rows [r0, r0 + len) += P V
                 const int64_t r0 = u * nr + lo;
@@ -629,11 +636,11 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                     uint32_t *P2 = t->P2 + r0 * (FA_BC / 2);
                     for (int64_t r = 0; r < len; r++)
                         kern->to_bf16((int)n, S + (r0 + r) * FA_BC, (uint16_t *)(P2 + r * (FA_BC / 2)));
-                    kern->pv_bf16((int)len, (int)(n + 1) / 2, (int)D, P2, FA_BC / 2,
-                                  (const uint32_t *)t->Vpack, D, t->alpha + r0, O + r0 * D, D);
+                    kern->pv_bf16((int)len, (int)(n + 1) / 2, (int)Dv, P2, FA_BC / 2,
+                                  (const uint32_t *)t->Vpack, Dv, t->alpha + r0, O + r0 * Dv, Dv);
                 } else {
-                    kern->pv((int)len, (int)n, (int)D, S + r0 * FA_BC, FA_BC, V, ldv, t->alpha + r0,
-                             O + r0 * D, D);
+                    kern->pv((int)len, (int)n, (int)Dv, S + r0 * FA_BC, FA_BC, V, ldv,
+                             t->alpha + r0, O + r0 * Dv, Dv);
                 }
             }
         }
@@ -647,7 +654,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
  * exp(L - lse); a row with no key gets out = 0 and lse = s. */
 static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const float *o,
                       float m, float l) {
-    static const float zeros[256]; /* D <= 256 */
+    static const float zeros[256]; /* Dv <= 256 */
     const fa__problem *p = pl->p;
     const int64_t rq = fa__row0_q(p, b);
     const int none = l == 0.0f;
@@ -659,7 +666,7 @@ static void write_row(const fwd_plan *pl, int64_t b, int64_t h, int64_t i, const
         lse = none ? sink : fmax(keys, sink) + log1p(exp(-fabs(keys - sink)));
         if (!none) scale = (float)(exp(keys - lse) / (double)l);
     }
-    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, none ? zeros : o, p->D,
+    fa__store_f32(pl->kern, fa__elem(&p->out, b, rq + i, h), p->out.dtype, none ? zeros : o, p->Dv,
                   p->out.sd, scale);
     if (p->lse) p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
 }
@@ -676,7 +683,7 @@ static int64_t split_chunk(int64_t sk) {
 static void fwd_task(void *arg, int64_t task, int worker) {
     const fwd_plan *pl = arg;
     const fa__problem *p = pl->p;
-    const int64_t D = p->D;
+    const int64_t Dv = p->Dv;
     fwd_rows t;
     carve(pl, &t, worker);
 
@@ -708,27 +715,27 @@ static void fwd_task(void *arg, int64_t task, int worker) {
                 float *part = pl->partial + at;
                 memcpy(part, t.m + hk * t.R, (size_t)t.R * sizeof(float));
                 memcpy(part + pl->part_rows, t.l + hk * t.R, (size_t)t.R * sizeof(float));
-                memcpy(part + 2 * pl->part_rows, t.O + hk * t.R * D,
-                       (size_t)(t.R * D) * sizeof(float));
+                memcpy(part + 2 * pl->part_rows, t.O + hk * t.R * Dv,
+                       (size_t)(t.R * Dv) * sizeof(float));
             }
         }
         return;
     }
     run_rows(pl, &t, j_lo, j_hi, j_hi, 1);
     for (int64_t r = 0; r < t.R; r++)
-        write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * D, t.m[r], t.l[r]);
+        write_row(pl, b, t.hk0 * pl->g + r / t.nr, t.i0 + r % t.nr, t.O + r * Dv, t.m[r], t.l[r]);
 }
 
 /* Merges the chunk partials of one (batch, KV head) in chunk order. Task = b * Hk + hk. */
 static void merge_task(void *arg, int64_t task, int worker) {
     const fwd_plan *pl = arg;
     const fa__problem *p = pl->p;
-    const int64_t D = p->D, b = task / p->Hk, hk = task % p->Hk, nc = pl->split[b];
+    const int64_t Dv = p->Dv, b = task / p->Hk, hk = task % p->Hk, nc = pl->split[b];
     if (!nc) return;
     const int64_t sq = fa__seqlen_q(p, b), R = pl->g * sq;
     const size_t pf = partial_floats(pl);
     const float *first = pl->partial + (size_t)(pl->part_start[b] + hk * nc) * pf;
-    float *o = pl->scratch + (size_t)worker * pl->scratch_floats; // o: [D]
+    float *o = pl->scratch + (size_t)worker * pl->scratch_floats; // o: [Dv]
     for (int64_t r = 0; r < R; r++) {
         float m = -INFINITY; /* NaN once a chunk's is (a NaN or +inf score there) */
         for (int64_t c = 0; c < nc; c++) {
@@ -737,15 +744,15 @@ static void merge_task(void *arg, int64_t task, int worker) {
         }
         const float m_use = m == -INFINITY ? 0.0f : m;
         float l = 0.0f;
-        memset(o, 0, (size_t)D * sizeof *o);
+        memset(o, 0, (size_t)Dv * sizeof *o);
         for (int64_t c = 0; c < nc; c++) {
             /* An empty chunk (m = -inf) weighs w = 0; a NaN m makes every w NaN. No chunk is
              * passed over, so a NaN in one (l, or O: 0 times a NaN V) reaches the row. */
             const float *part = first + c * pf;
             const float w = exp2f(part[r] - m_use);
             l += w * part[pl->part_rows + r];
-            const float *oc = part + 2 * pl->part_rows + r * D;
-            for (int64_t t = 0; t < D; t++) o[t] += w * oc[t];
+            const float *oc = part + 2 * pl->part_rows + r * Dv;
+            for (int64_t t = 0; t < Dv; t++) o[t] += w * oc[t];
         }
         write_row(pl, b, hk * pl->g + r / sq, r % sq, o, m, l);
     }
@@ -755,7 +762,7 @@ static void merge_task(void *arg, int64_t task, int worker) {
 static void clear_outside(const fa__problem *p) {
     const int64_t ranges[2][2] = {{0, p->cu_q[0]}, {p->cu_q[p->B], p->total_q}};
     for (int r = 0; r < 2; r++) {
-        fa__zero_rows(&p->out, p->H, p->D, ranges[r][0], ranges[r][1]);
+        fa__zero_rows(&p->out, p->H, p->Dv, ranges[r][0], ranges[r][1]);
         for (int64_t s = ranges[r][0]; p->lse && s < ranges[r][1]; s++)
             for (int64_t h = 0; h < p->H; h++) p->lse[h * p->lse_sh + s * p->lse_ss] = -INFINITY;
     }
@@ -802,7 +809,7 @@ fa_status fa__cpu_forward_after(fa_context *ctx, const fa__problem *p, void (*fi
     pl.br = block_positions(pl.g);
     fa__score_scales(p, &pl.qscale, &pl.softcap_l2);
     pl.ldk = fa__packed_ld(FA_BC);
-    pl.ldv = fa__packed_ld(p->D);
+    pl.ldv = fa__packed_ld(p->Dv);
 
     const int nthreads = fa__context_threads(ctx);
     pl.decode_rows = decode_rows(p, pl.kern);

@@ -27,7 +27,7 @@ static void rotate(const fa__rotary *ro, int64_t pos, float *x, float *cs) {
 void fa__cpu_kvcache_append(const fa__kvappend *a) {
     const fa__cpu_kernels *kern = fa__cpu_kernels_get();
     const int64_t D = a->D;
-    float row[512]; /* D <= 256, then the rotary table row (rd <= D) */
+    float row[512]; /* D, Dv <= 256, then the rotary table row (rd <= D) */
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t i = 0; i < a->S_new; i++) {
             const int64_t pos = a->seqlens[b] + i; /* absolute position in the cache row */
@@ -37,10 +37,10 @@ void fa__cpu_kvcache_append(const fa__kvappend *a) {
                 if (a->rotary.cos) rotate(&a->rotary, pos, row, row + 256);
                 fa__store_f32(kern, fa__elem(&a->k_cache, b, pos, h), a->k_cache.dtype, row, D,
                               a->k_cache.sd, 1.0f);
-                fa__load_f32(row, 1, fa__elem(&a->v_new, b, i, h), a->v_new.dtype, D,
+                fa__load_f32(row, 1, fa__elem(&a->v_new, b, i, h), a->v_new.dtype, a->Dv,
                              a->v_new.sd, 1.0f);
-                fa__store_f32(kern, fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row, D,
-                              a->v_cache.sd, 1.0f);
+                fa__store_f32(kern, fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row,
+                              a->Dv, a->v_cache.sd, 1.0f);
             }
         }
 }

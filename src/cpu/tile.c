@@ -58,10 +58,9 @@ void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64
         }
 }
 
-const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                          int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
-                          float *pack, int64_t ld, float *tmp) {
-    const int64_t D = p->D;
+const float *fa__kv_block(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                          int64_t row0, int64_t hk, int64_t n, int transposed, float *pack,
+                          int64_t ld, float *tmp) {
     if (transposed && x->dtype == FA_DTYPE_F32 && x->sd == 1 && !x->block_table) {
         kern->transpose((int)n, (int)D, fa__elem(x, b, row0, hk), x->ss, pack, ld);
         return pack;
@@ -134,10 +133,9 @@ void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride
     if (n & 1) dst[n] = 0;
 }
 
-void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack,
-                     uint16_t *tmp) {
-    const int64_t D = p->D, D2 = (D + 1) / 2;
+void fa__pack_k_bf16(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                     int64_t row0, int64_t hk, int64_t n, uint32_t *pack, uint16_t *tmp) {
+    const int64_t D2 = (D + 1) / 2;
     /* A pair is one 32-bit word, so Kᵀ in pairs is a 32-bit transpose of the key rows. */
     if (x->sd == 1 && D % 2 == 0 && x->ss % 2 == 0 && !x->block_table) {
         kern->transpose((int)n, (int)D2, fa__elem(x, b, row0, hk), x->ss / 2, (float *)pack, FA_BC);
@@ -148,9 +146,8 @@ void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa
     kern->transpose((int)n, (int)D2, (const float *)tmp, D2, (float *)pack, FA_BC);
 }
 
-void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack) {
-    const int64_t D = p->D;
+void fa__pack_v_bf16(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                     int64_t row0, int64_t hk, int64_t n, uint32_t *pack) {
     for (int64_t j = 0; j < n; j += 2) {
         const uint16_t *r0 = fa__elem(x, b, row0 + j, hk);                          // r0: [D]
         const uint16_t *r1 = j + 1 < n ? fa__elem(x, b, row0 + j + 1, hk) : NULL; // r1: [D]

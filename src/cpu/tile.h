@@ -50,12 +50,13 @@ void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const 
 /* Writes zeros to rows [begin, end) of every head of a varlen view (sb = 0) with H heads. */
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
 
-/* n keys (or values) of head hk from row `row0` as fp32 in `pack`: rows [n, D] when
- * transposed == 0, else [D, n], with row stride ld (>= D, or >= n when transposed). tmp ([n, D])
- * holds converted rows on the way to a transpose. Returns pack. */
-const float *fa__kv_block(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                          int64_t b, int64_t row0, int64_t hk, int64_t n, int transposed,
-                          float *pack, int64_t ld, float *tmp);
+/* n keys (or values) of head hk from row `row0`, D elements each (the view's head dim: D for
+ * k, Dv for v), as fp32 in `pack`: rows [n, D] when transposed == 0, else [D, n], with row
+ * stride ld (>= D, or >= n when transposed). tmp ([n, D]) holds converted rows on the way to a
+ * transpose. Returns pack. */
+const float *fa__kv_block(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                          int64_t row0, int64_t hk, int64_t n, int transposed, float *pack,
+                          int64_t ld, float *tmp);
 
 /* The row stride (floats) of a packed right operand whose rows hold n floats: n rounded up to
  * whole 64-byte lines and then to an odd count of them (128 -> 144, 64 -> 80, 4096 -> 4112).
@@ -98,6 +99,7 @@ void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, i
                         int64_t D);
 
 /* bf16 operands for the vdpbf16ps products (kernels.h): pairs along the reduction dimension.
+ * D: the head dim of x's rows (D for k, Dv for v).
  * copy_bf16_row: n bf16 of a row (stride `stride`) into dst, plus a zero when n is odd.
  * pack_k_bf16: rows row0..row0+n of head hk of x (the keys; in the backward's dO Vᵀ, the
  *   values) as [ceil(D/2), n] pairs (ld FA_BC); tmp holds [n, ceil(D/2)] pairs on the way when
@@ -105,11 +107,10 @@ void fa__prefetch_block(const fa__view *x, int64_t b, int64_t row0, int64_t n, i
  * pack_v_bf16: rows row0..row0+n of head hk of x (the values; in the backward's dS K, the keys)
  *   as [ceil(n/2), D] pairs (ld D), an odd tail padded with 0. */
 void fa__copy_bf16_row(uint16_t *dst, const void *src, int64_t n, int64_t stride);
-void fa__pack_k_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack,
-                     uint16_t *tmp);
-void fa__pack_v_bf16(const fa__problem *p, const fa__cpu_kernels *kern, const fa__view *x,
-                     int64_t b, int64_t row0, int64_t hk, int64_t n, uint32_t *pack);
+void fa__pack_k_bf16(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                     int64_t row0, int64_t hk, int64_t n, uint32_t *pack, uint16_t *tmp);
+void fa__pack_v_bf16(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
+                     int64_t row0, int64_t hk, int64_t n, uint32_t *pack);
 
 /* Does some row of [i0, i0 + nr) see only part of keys [j0, j0 + n)? Then the block needs
  * the mask; otherwise every row sees every key of it. */
