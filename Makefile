@@ -72,7 +72,8 @@ VENV_PY      = $(VENV)/bin/python
 PY_DEPS      = numpy pytest ml_dtypes scikit-build-core
 TORCH_SPEC  ?= torch
 # clients tested against flashattn in the torch tests (pure Python, no compiled code)
-TORCH_CLIENTS ?= ring-flash-attn==0.1.8
+# (transformers and kernels: flashattn.integrations.transformers, python/tests/test_transformers.py)
+TORCH_CLIENTS ?= ring-flash-attn==0.1.8 transformers==5.25.0 kernels==0.19.1
 PYTEST_ARGS ?=
 
 .PHONY: venv wheel python-test torch-venv test-torch

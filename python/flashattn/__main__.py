@@ -156,6 +156,8 @@ def main(argv=None):
               f"max rel err {errs[worst]:.1e} ({worst})")
     print(("✓ flashattn works: every check matches the fp64 reference" if not failed else
            f"✗ flashattn: {failed} check(s) failed"))
+    print("  hint: Hugging Face transformers on flashattn: flashattn.integrations.transformers"
+          ".enable(), then attn_implementation=\"flash_attention_2\" (docs/transformers.md)")
     return 1 if failed else 0
 
 

@@ -907,3 +907,37 @@ def test_parallel_on_cuda_tensors():
                 _assert_close(a.detach(), b.detach(), "bfloat16", attend.__name__)
     finally:
         dist.destroy_process_group()
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sinks_on_cuda_match_cpu(dtype):
+    """learnable_sink on CUDA tensors: flash_attn_func's out and the gradients of q, k, v and
+    the sinks, flash_attn_varlen_func, and a split-KV decode step, against the CPU."""
+    g = torch.Generator().manual_seed(zlib.crc32(f"sinks/{dtype}".encode()))
+    B, Sq, Sk, H, Hk, D = 2, 70, 90, 4, 2, 64
+    q, k, v = (_randn(s, dtype, g) for s in ((B, Sq, H, D), (B, Sk, Hk, D), (B, Sk, Hk, D)))
+    sinks = 2 * torch.randn(H, generator=g)
+    w = _randn((B, Sq, H, D), dtype, g)
+    res = []
+    for dev in ("cuda", "cpu"):
+        x = [t.to(dev).requires_grad_(True) for t in (q, k, v, sinks)]
+        out = flashattn.flash_attn_func(*x[:3], causal=True, learnable_sink=x[3])
+        (out.float() * w.to(dev).float()).sum().backward()
+        res.append((out, [t.grad for t in x]))
+    (og, gg), (oc, gc) = res
+    _assert_close(og, oc, dtype, "sinks out")
+    for name, a, b in zip(("dq", "dk", "dv"), gg, gc):
+        _assert_close(a, b, dtype, f"sinks {name}")
+    assert (gg[3].cpu() - gc[3]).abs().max() <= 2e-2 * max(1.0, gc[3].abs().max())
+
+    cu = torch.tensor([0, 30, 70], dtype=torch.int32)
+    ov = [flashattn.flash_attn_varlen_func(q[0].to(d), k[0, :70].to(d), v[0, :70].to(d),
+                                           cu.to(d), cu.to(d), 40, 40, causal=True,
+                                           s_aux=sinks.to(d)) for d in ("cuda", "cpu")]
+    _assert_close(ov[0], ov[1], dtype, "sinks varlen")
+    lens = torch.tensor([5, 90], dtype=torch.int32)
+    od = [flashattn.flash_attn_with_kvcache(q[:, :1].to(d), k.to(d), v.to(d), cache_seqlens=lens,
+                                            learnable_sink=sinks.to(d), num_splits=3)
+          for d in ("cuda", "cpu")]
+    _assert_close(od[0], od[1], dtype, "sinks decode")

@@ -87,7 +87,9 @@ def test_wheel_contents_and_shared_library_dependencies(tmp_path):
         assert sos == ["flashattn/libflashattn.so"], sos
         for n in ("flashattn/__init__.py", "flashattn/__main__.py", "flashattn/_lib.py",
                   "flashattn/_torch_api.py", "flashattn/reference.py",
-                  "flashattn/bert_padding.py"):
+                  "flashattn/bert_padding.py", "flashattn/integrations/transformers.py",
+                  "flashattn/integrations/hf_kernel/__init__.py",
+                  "flashattn/integrations/hf_kernel/metadata.json"):
             assert n in names
         assert not [n for n in names if n.startswith(("lib/", "include/", "bin/"))]
         z.extract(sos[0], tmp_path)
