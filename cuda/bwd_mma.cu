@@ -751,7 +751,7 @@ int fa__mma_bwd_supported(const fa__problem *p, int sm) {
     const int32_t dt = p->q.dtype;
     if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
         return 0;
-    if (p->D < 8 || p->D > 256 || p->D % 8 != 0)
+    if (p->D < 8 || p->D > 256 || p->D % 8 != 0 || p->Dv != p->D) /* Dv != D: stage 1 */
         return 0;
     if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f) || p->seqlens_k)
         return 0;

@@ -9,11 +9,13 @@
  * exp2 domain, softcap and ALiBi applied; lse2 = lse·log2(e)), M the dropout mask, r = 1/(1-p):
  *   dV_j = Σ_i P_ij·M_ij·r dO_i,   dP_ij = M_ij·r (dO_i · V_j),   dS_ij = P_ij (dP_ij - Δ_i)
  *   (times 1 - tanh² with softcap),   dQ_i = scale Σ_j dS_ij K_j,   dK_j = scale Σ_i dS_ij Q_i,
- * Δ_i = dO_i · O_i (fa__bwd_prepare_task). Only pairs (i, j) in the causal/window band are
- * visited, so a masked pair adds exactly nothing whatever its operands hold, and a row whose lse
- * is -inf (it saw no key) adds nothing and gets dq = 0 (the non-finite rule, docs/semantics.md).
- * Every sum runs in a fixed order (keys for dq; query heads, then queries, for dk and dv), with
- * no atomics: the gradients do not depend on the launch.
+ * Δ_i = dO_i · O_i (fa__bwd_prepare_task). q, k, dq and dk rows have D elements, v, out, dout
+ * and dv rows Dv (D or not): Δ, dP and dV run over Dv, the scores, dQ and dK over D.
+ * Only pairs (i, j) in the causal/window band are visited, so a masked pair adds exactly nothing
+ * whatever its operands hold, and a row whose lse is -inf (it saw no key) adds nothing and gets
+ * dq = 0 (the non-finite rule, docs/semantics.md). Every sum runs in a fixed order (keys for dq;
+ * query heads, then queries, for dk and dv), with no atomics: the gradients do not depend on the
+ * launch.
  *
  * Tasks (one GPU thread each; the host computes the counts):
  *   prepare  t in [0, rows·H): Δ and lse2 of one (head, row), rows as fwd_row.h's forward tasks.
@@ -32,7 +34,7 @@
  * device memory: for row r of query head h, at [h·R + r], with R = fa__bwd_rows(p) and
  * r = b·Sq + i (fixed length) or the packed row cu_q[b] + i (varlen; rows outside every
  * sequence are not written):
- *   delta = Σ_d dO[r, h, d]·O[r, h, d] (fp32, summed in d order),
+ *   delta = Σ_d dO[r, h, d]·O[r, h, d] (fp32, d < Dv, summed in d order),
  *   lse2  = lse·log2(e), or +inf where lse = -inf (a row that saw no key: 2^(s - lse2) = 0);
  *           NaN where the forward's lse was. */
 typedef struct fa__bwd_rows_in {
@@ -78,11 +80,11 @@ FA_HD float fa__bwd_score(const fa__problem *p, const fa__bwd_scores *sc, int64_
     return s;
 }
 
-/* x · y over D elements of two rows (fp32, in d order). */
-FA_HD float fa__bwd_dot(const fa__problem *p, const fa__view *x, int64_t x_at, const fa__view *y,
+/* x · y over the n elements of two rows (fp32, in d order). */
+FA_HD float fa__bwd_dot(int64_t n, const fa__view *x, int64_t x_at, const fa__view *y,
                         int64_t y_at) {
     float s = 0.0f;
-    for (int64_t d = 0; d < p->D; d++)
+    for (int64_t d = 0; d < n; d++)
         s += fa__row_load(x->data, x->dtype, x_at + d * x->sd) *
              fa__row_load(y->data, y->dtype, y_at + d * y->sd);
     return s;
@@ -127,7 +129,7 @@ FA_HD void fa__bwd_prepare_task(const fa__problem *p, const fa__bwd_rows_in *row
     const int64_t rq = cu_q ? cu_q[b] : 0, at = fa__bwd_rows_at(p, rows, cu_q, b, h, i);
     const int64_t o_at = fa__row_at(&p->out, b, rq + i, h),
                   d_at = fa__row_at(&p->dout, b, rq + i, h);
-    rows->delta[at] = fa__bwd_dot(p, &p->out, o_at, &p->dout, d_at);
+    rows->delta[at] = fa__bwd_dot(p->Dv, &p->out, o_at, &p->dout, d_at);
     const float lse = p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss];
     rows->lse2[at] = lse == -INFINITY ? INFINITY : lse * FA_ROW_LOG2E;
 }
@@ -152,11 +154,12 @@ FA_HD void fa__bwd_dq_task(const fa__problem *p, const fa__bwd_rows_in *rows, co
                   hi = lse2 == INFINITY ? lo : fa__key_hi(p, i, off, sk);
     for (int64_t j = lo; j < hi; j++) {
         const int64_t k_at = fa__row_at(&p->k, b, rk + j, hk);
+        const int64_t v_at = fa__row_at(&p->v, b, rk + j, hk);
         float dtanh;
         const float s = fa__bwd_score(p, &sc, q_at, k_at, i + off - j, &dtanh);
         const float pr = s == -INFINITY ? 0.0f : exp2f(s - lse2);
-        const float dp = fa__bwd_keep(p, b, h, i, j) *
-                         fa__bwd_dot(p, &p->dout, d_at, &p->v, fa__row_at(&p->v, b, rk + j, hk));
+        const float dp =
+            fa__bwd_keep(p, b, h, i, j) * fa__bwd_dot(p->Dv, &p->dout, d_at, &p->v, v_at);
         const float ds = pr * (dp - delta) * dtanh;
         for (int64_t d = 0; d < D; d++)
             dq[d] += ds * fa__row_load(p->k.data, p->k.dtype, k_at + d * p->k.sd);
@@ -175,7 +178,7 @@ static inline int64_t fa__bwd_key_rows(const fa__problem *p) {
  * hk·g .. hk·g + g - 1 and, in each, the queries that see key j. */
 FA_HD void fa__bwd_dkdv_task(const fa__problem *p, const fa__bwd_rows_in *rows, const int32_t *cu_q,
                              const int32_t *cu_k, int64_t krows, int64_t t) {
-    const int64_t hk = t / krows, g = p->H / p->Hk, D = p->D;
+    const int64_t hk = t / krows, g = p->H / p->Hk, D = p->D, Dv = p->Dv;
     int64_t b, j;
     fa__bwd_locate(cu_k, p->B, p->Sk, t % krows, &b, &j);
     const int64_t rq = cu_q ? cu_q[b] : 0, rk = cu_k ? cu_k[b] : 0;
@@ -188,9 +191,11 @@ FA_HD void fa__bwd_dkdv_task(const fa__problem *p, const fa__bwd_rows_in *rows, 
     i_hi = i_hi < sq ? i_hi : sq;
     const int64_t k_at = fa__row_at(&p->k, b, rk + j, hk), v_at = fa__row_at(&p->v, b, rk + j, hk);
 
-    float dk[FA_ROW_MAX_D], dv[FA_ROW_MAX_D]; // dk, dv: [D]
+    float dk[FA_ROW_MAX_D], dv[FA_ROW_MAX_D]; // dk: [D], dv: [Dv]
     for (int64_t d = 0; d < D; d++)
-        dk[d] = dv[d] = 0.0f;
+        dk[d] = 0.0f;
+    for (int64_t d = 0; d < Dv; d++)
+        dv[d] = 0.0f;
     for (int64_t h = hk * g; h < (hk + 1) * g; h++) {
         const fa__bwd_scores sc = fa__bwd_scores_of(p, b, h);
         for (int64_t i = i_lo; i < i_hi; i++) {
@@ -204,20 +209,20 @@ FA_HD void fa__bwd_dkdv_task(const fa__problem *p, const fa__bwd_rows_in *rows, 
             const float s = fa__bwd_score(p, &sc, q_at, k_at, i + off - j, &dtanh);
             const float pr = s == -INFINITY ? 0.0f : exp2f(s - lse2);
             const float keep = fa__bwd_keep(p, b, h, i, j);
-            const float dp = keep * fa__bwd_dot(p, &p->dout, d_at, &p->v, v_at);
+            const float dp = keep * fa__bwd_dot(Dv, &p->dout, d_at, &p->v, v_at);
             const float ds = pr * (dp - rows->delta[at]) * dtanh, pd = pr * keep;
-            for (int64_t d = 0; d < D; d++) {
+            for (int64_t d = 0; d < D; d++)
                 dk[d] += ds * fa__row_load(p->q.data, p->q.dtype, q_at + d * p->q.sd);
+            for (int64_t d = 0; d < Dv; d++)
                 dv[d] += pd * fa__row_load(p->dout.data, p->dout.dtype, d_at + d * p->dout.sd);
-            }
         }
     }
     const int64_t dk_at = fa__row_at(&p->dk, b, rk + j, hk),
                   dv_at = fa__row_at(&p->dv, b, rk + j, hk);
-    for (int64_t d = 0; d < D; d++) {
+    for (int64_t d = 0; d < D; d++)
         fa__row_store(p->dk.data, p->dk.dtype, dk_at + d * p->dk.sd, dk[d] * p->scale);
+    for (int64_t d = 0; d < Dv; d++)
         fa__row_store(p->dv.data, p->dv.dtype, dv_at + d * p->dv.sd, dv[d]);
-    }
 }
 
 /* Host side: the clear tasks of a varlen backward: the query rows outside every sequence times
@@ -229,10 +234,10 @@ static inline int64_t fa__bwd_clear_k_tasks(const fa__problem *p) {
     return p->cu_k ? ((int64_t)p->cu_k[0] + p->total_k - p->cu_k[p->B]) * p->Hk : 0;
 }
 
-/* Zeroes the D elements of row `row`, head h, of x. */
-FA_HD void fa__bwd_zero_row(const fa__problem *p, const fa__view *x, int64_t row, int64_t h) {
+/* Zeroes the n elements of row `row`, head h, of x. */
+FA_HD void fa__bwd_zero_row(int64_t n, const fa__view *x, int64_t row, int64_t h) {
     const int64_t at = fa__row_at(x, 0, row, h);
-    for (int64_t d = 0; d < p->D; d++)
+    for (int64_t d = 0; d < n; d++)
         fa__row_store(x->data, x->dtype, at + d * x->sd, 0.0f);
 }
 
@@ -243,13 +248,13 @@ FA_HD void fa__bwd_clear_task(const fa__problem *p, int64_t nq, int64_t q_end, i
                               int64_t k_end, int64_t k_begin, int64_t t) {
     if (t < nq) {
         const int64_t n = t / p->H;
-        fa__bwd_zero_row(p, &p->dq, n < q_end ? n : q_begin + (n - q_end), t % p->H);
+        fa__bwd_zero_row(p->D, &p->dq, n < q_end ? n : q_begin + (n - q_end), t % p->H);
         return;
     }
     t -= nq;
     const int64_t n = t / p->Hk, row = n < k_end ? n : k_begin + (n - k_end);
-    fa__bwd_zero_row(p, &p->dk, row, t % p->Hk);
-    fa__bwd_zero_row(p, &p->dv, row, t % p->Hk);
+    fa__bwd_zero_row(p->D, &p->dk, row, t % p->Hk);
+    fa__bwd_zero_row(p->Dv, &p->dv, row, t % p->Hk);
 }
 
 #endif /* FA_CUDA_BWD_ROW_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bwd_simple.cu — the stage-1 CUDA backward (DESIGN.md §6): simple, deterministic and correct,
- * every feature at any D <= 256 in fp32, fp16 and bf16. One thread per task of bwd_row.h:
+ * every feature at any D, Dv <= 256 in fp32, fp16 and bf16. One thread per task of bwd_row.h:
  * Δ and lse2 of one row, dq of one query row, dk and dv of one key row, or zeroing a varlen
  * row outside every sequence; grids as simple_grid.cuh says, offsets int64. The sinks' gradient
  * is one CTA a head, a fixed-order fp64 reduction over its rows.

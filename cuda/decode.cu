@@ -447,7 +447,7 @@ int fa__decode_supported(const fa__problem *p) {
     if (p->cu_q || p->cu_k || p->dropout_p != 0.0f)
         return 0;
     const int es = fa_dec_es(dt);
-    if (p->D < 1 || p->D > FA_ROW_MAX_D || (p->D * es) % 16 != 0)
+    if (p->D < 1 || p->D > FA_ROW_MAX_D || (p->D * es) % 16 != 0 || p->Dv != p->D)
         return 0;
     if (p->Hk < 1 || p->H < 1 || p->H % p->Hk != 0 || p->Sq < 1 ||
         (p->H / p->Hk) * p->Sq > kDecMaxRows)

@@ -8,7 +8,8 @@
  * K and V rows are addressed through a KV cache's indirections (fa__view_at) and a cache's
  * lengths are seqlens_k, so the same row serves fa_forward_kvcache.
  *
- * Row i of query head h in batch b (Sq_b queries, Sk_b keys, off = Sk_b - Sq_b), in fp32:
+ * Row i of query head h in batch b (Sq_b queries, Sk_b keys, off = Sk_b - Sq_b), in fp32, with
+ * q and k rows of D elements, v and out rows of Dv (D or not):
  *   q' = q * qscale   (scores come out in the exp2 domain, or as the softcap's tanh argument)
  *   for each key j of the row's causal/window band [lo, hi):
  *     s = q'.k_j
@@ -83,7 +84,7 @@ FA_HD float fa__sink_join(double *lse, float l, double sink) {
  * offsets, readable where this runs (device copies on the GPU); NULL for fixed length. */
 FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t *cu_k, int64_t b,
                        int64_t h, int64_t i) {
-    const int64_t D = p->D, hk = h / (p->H / p->Hk);
+    const int64_t D = p->D, Dv = p->Dv, hk = h / (p->H / p->Hk);
     const int64_t rq = cu_q ? cu_q[b] : 0, rk = cu_k ? cu_k[b] : 0;
     const int64_t sq = cu_q ? cu_q[b + 1] - rq : p->Sq;
     const int64_t sk = p->seqlens_k ? p->seqlens_k[b] : cu_k ? cu_k[b + 1] - rk : p->Sk;
@@ -96,12 +97,12 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
         p->alibi ? p->alibi[b * p->alibi_sb + h * p->alibi_sh] * 1.4426950408889634 : 0.0;
     const int64_t lo = fa__key_lo(p, i, off), hi = fa__key_hi(p, i, off, sk); /* visible keys */
 
-    float q[FA_ROW_MAX_D], o[FA_ROW_MAX_D]; // q, o: [D]
+    float q[FA_ROW_MAX_D], o[FA_ROW_MAX_D]; // q: [D], o: [Dv]
     const int64_t q_at = fa__row_at(&p->q, b, rq + i, h);
-    for (int64_t d = 0; d < D; d++) {
+    for (int64_t d = 0; d < D; d++)
         q[d] = fa__row_load(p->q.data, p->q.dtype, q_at + d * p->q.sd) * qscale;
+    for (int64_t d = 0; d < Dv; d++)
         o[d] = 0.0f;
-    }
     float m = -INFINITY, l = 0.0f;
     fa__philox4 words = {{0u, 0u, 0u, 0u}}; /* the draw for columns 4·words_of .. 4·words_of+3 */
     int64_t words_of = -1;
@@ -117,7 +118,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
         if (s > m) { /* a new maximum (the first finite score scales l = 0 and o = 0 by 0) */
             const float alpha = exp2f(m - s);
             l *= alpha;
-            for (int64_t d = 0; d < D; d++)
+            for (int64_t d = 0; d < Dv; d++)
                 o[d] *= alpha;
             m = s;
         }
@@ -135,7 +136,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
             w = fa__row_word(words, j & 3) >= p->dropout_threshold ? e * p->dropout_scale : 0.0f;
         }
         const int64_t v_at = fa__view_at(&p->v, b, rk + j, hk);
-        for (int64_t d = 0; d < D; d++)
+        for (int64_t d = 0; d < Dv; d++)
             o[d] += w * fa__row_load(p->v.data, p->v.dtype, v_at + d * p->v.sd);
     }
 
@@ -146,7 +147,7 @@ FA_HD void fa__fwd_row(const fa__problem *p, const int32_t *cu_q, const int32_t 
     const double sink = fa__sink_of(p, h);
     const float inv = sink != -INFINITY ? fa__sink_join(&lse, l, sink) : none ? 0.0f : 1.0f / l;
     const int64_t out_at = fa__row_at(&p->out, b, rq + i, h);
-    for (int64_t d = 0; d < D; d++)
+    for (int64_t d = 0; d < Dv; d++)
         fa__row_store(p->out.data, p->out.dtype, out_at + d * p->out.sd, none ? 0.0f : o[d] * inv);
     if (p->lse)
         p->lse[b * p->lse_sb + h * p->lse_sh + (rq + i) * p->lse_ss] = (float)lse;
@@ -195,7 +196,7 @@ FA_HD void fa__clear_task(const fa__problem *p, int64_t head_end, int64_t tail_b
     const int64_t h = t % p->H, n = t / p->H;
     const int64_t row = n < head_end ? n : tail_begin + (n - head_end);
     const int64_t at = fa__row_at(&p->out, 0, row, h);
-    for (int64_t d = 0; d < p->D; d++)
+    for (int64_t d = 0; d < p->Dv; d++)
         fa__row_store(p->out.data, p->out.dtype, at + d * p->out.sd, 0.0f);
     if (p->lse)
         p->lse[h * p->lse_sh + row * p->lse_ss] = -INFINITY;

@@ -2,8 +2,8 @@
 /*
  * fwd_simple.cu — stage 1 of the CUDA forward (DESIGN.md §6): simple and correct, the oracle
  * for the faster kernels. One thread per task of fwd_row.h: the forward of one query row (any
- * D <= 256, every feature), clearing one varlen row outside every sequence, or four columns of
- * the dropout mask. Grids are one-dimensional (tasks in gridDim.x, whose limit is 2^31 - 1) and
+ * D, Dv <= 256, every feature), clearing one varlen row outside every sequence, or four columns
+ * of the dropout mask. Grids are one-dimensional (tasks in gridDim.x, whose limit is 2^31 - 1) and
  * the kernels loop, so any task count fits; offsets are int64.
  */
 #include "fwd_row.h"

@@ -23,7 +23,8 @@ extern "C" {
 #endif
 
 /* Stage 1 (fwd_simple.cu): every row of every sequence (out, and lse when requested), any
- * D <= 256, every feature; one thread per (batch, head, row). */
+ * D <= 256 and Dv <= 256 (v's head dim, D or not), every feature; one thread per (batch, head,
+ * row). The only forward for Dv != D. */
 cudaError_t fa__simple_forward(const fa__problem *p, const int32_t *cu_q_dev,
                                const int32_t *cu_k_dev, cudaStream_t stream);
 
@@ -36,12 +37,12 @@ cudaError_t fa__clear_outside(const fa__problem *p, cudaStream_t stream);
 cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_t stream);
 
 /* Stage 2 (fwd_mma.cu): does the mma.sync kernel handle p on a device of compute capability
- * sm = 10·major + minor? Then fa__mma_forward computes what fa__simple_forward would, with
- * key blocks of d128_block_n keys when the kernel for D = 128 runs (D = 104..128; 32 or 64,
- * see fa__mma_d128_block_n). KV caches too (the attention of fa_forward_kvcache, any Sq):
- * fa__mma_supported takes the host problem (it reads seqlens_k and row_off; K and V must share
- * their indices), fa__mma_forward the problem with every index on the device (pd, below; it
- * reads k's indices for both), and cu_q_dev = cu_k_dev = NULL. */
+ * sm = 10·major + minor? Never for Dv != D. Then fa__mma_forward computes what
+ * fa__simple_forward would, with key blocks of d128_block_n keys when the kernel for D = 128
+ * runs (D = 104..128; 32 or 64, see fa__mma_d128_block_n). KV caches too (the attention of
+ * fa_forward_kvcache, any Sq): fa__mma_supported takes the host problem (it reads seqlens_k and
+ * row_off; K and V must share their indices), fa__mma_forward the problem with every index on
+ * the device (pd, below; it reads k's indices for both), and cu_q_dev = cu_k_dev = NULL. */
 int fa__mma_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream);
@@ -69,7 +70,7 @@ cudaError_t fa__kv_rotate_q(const fa__problem *pd, const fa__kvcache_job *job,
  * CTA, so each cache byte is read once; keys in fixed chunks of FA_DECODE_CHUNK (256) whose
  * partial (m, l, o) go to scratch and are merged in chunk order, so the result has the same bits
  * for every split count. Does it handle p (host view; only the index pointers' presence is
- * read)? Fixed length, no dropout, G·Sq <= 16, D <= 256 with rows of whole 16-byte groups;
+ * read)? Fixed length, no dropout, G·Sq <= 16, Dv = D <= 256 with rows of whole 16-byte groups;
  * k, v and out of one dtype (fp32, fp16, bf16), q of that dtype or fp32; k and v with sd = 1
  * and data, ss, sh, sb on 16-byte boundaries (q, out and lse: any strides). */
 int fa__decode_supported(const fa__problem *p);
@@ -94,7 +95,7 @@ cudaError_t fa__combine_launch(const fa__combine *c, cudaStream_t stream);
 cudaError_t fa__bwd_prepare(const fa__problem *p, const fa__bwd_rows_in *rows,
                             const int32_t *cu_q_dev, cudaStream_t stream);
 
-/* bwd_simple.cu, the stage-1 backward (any D <= 256, fp32/fp16/bf16, every feature): dq of
+/* bwd_simple.cu, the stage-1 backward (any D, Dv <= 256, fp32/fp16/bf16, every feature): dq of
  * every query row and dk, dv of every key row inside a sequence, from rows (fa__bwd_prepare).
  * dk and dv of a KV head sum over the query heads that share it, in head order; no atomics, so
  * the result does not depend on the launch. */
@@ -103,9 +104,9 @@ cudaError_t fa__simple_backward(const fa__problem *p, const fa__bwd_rows_in *row
                                 cudaStream_t stream);
 
 /* Stage 2 (bwd_mma.cu): does the mma.sync backward handle p on a device of compute capability
- * sm (10·major + minor)? Then fa__mma_backward computes dq of every query row and dk, dv of
- * every key row inside a sequence, for fp16/bf16 p, from rows (fa__bwd_prepare), as
- * fa__simple_backward would (deterministic, no atomics). */
+ * sm (10·major + minor)? Never for Dv != D. Then fa__mma_backward computes dq of every query
+ * row and dk, dv of every key row inside a sequence, for fp16/bf16 p, from rows
+ * (fa__bwd_prepare), as fa__simple_backward would (deterministic, no atomics). */
 int fa__mma_bwd_supported(const fa__problem *p, int sm);
 cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
                              const int32_t *cu_q_dev, const int32_t *cu_k_dev, cudaStream_t stream);

@@ -43,12 +43,12 @@ static __device__ __forceinline__ void rotate(float x1, float x2, float c, float
     *y2 = __fadd_rn(__fmul_rn(x1, s), __fmul_rn(x2, c));
 }
 
-/* Append task t of [B, S_new, Hk, Wk + D]: the first Wk of a row are k's (rotated), the next D
- * v's. The caches' views carry the page table or batch index, not the leftpad. */
+/* Append task t of [B, S_new, Hk, Wk + Dv]: the first Wk of a row are k's (rotated, k rows of
+ * D), the next Dv v's. The caches' views carry the page table or batch index, not the leftpad. */
 static __global__ void __launch_bounds__(FA_SIMPLE_THREADS)
     kv_append_kernel(fa__kvcache_job job, fa__view kc, fa__view vc, const int32_t *seqlens,
-                     int64_t Hk, int64_t D, int64_t tasks) {
-    const int64_t wk = D - (job.rotary.cos ? job.rotary.rd / 2 : 0), w = wk + D;
+                     int64_t Hk, int64_t D, int64_t Dv, int64_t tasks) {
+    const int64_t wk = D - (job.rotary.cos ? job.rotary.rd / 2 : 0), w = wk + Dv;
     for (int64_t t = FA_TASK_FIRST; t < tasks; t += FA_TASK_STEP) {
         const int64_t e = t % w, row = t / w, h = row % Hk, i = row / Hk % job.S_new;
         const int64_t b = row / Hk / job.S_new, pos = seqlens[b] + i;
@@ -102,13 +102,13 @@ static __global__ void __launch_bounds__(FA_SIMPLE_THREADS)
 extern "C" cudaError_t fa__kv_append(const fa__problem *pd, const fa__kvcache_job *job,
                                      const int32_t *seqlens_dev, cudaStream_t stream) {
     const int64_t wk = pd->D - (job->rotary.cos ? job->rotary.rd / 2 : 0);
-    const int64_t tasks = pd->B * job->S_new * pd->Hk * (wk + pd->D);
+    const int64_t tasks = pd->B * job->S_new * pd->Hk * (wk + pd->Dv);
     if (tasks == 0)
         return cudaSuccess;
     fa__view kc = pd->k, vc = pd->v;
     kc.row_off = vc.row_off = NULL; /* positions are absolute */
     kv_append_kernel<<<fa__simple_blocks(tasks), FA_SIMPLE_THREADS, 0, stream>>>(
-        *job, kc, vc, seqlens_dev, pd->Hk, pd->D, tasks);
+        *job, kc, vc, seqlens_dev, pd->Hk, pd->D, pd->Dv, tasks);
     return cudaGetLastError();
 }
 

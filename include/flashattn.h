@@ -257,7 +257,7 @@ FA_API void fa_params_init(fa_params *params);
  *   q    (B, Sq, H, D)    fp32 | fp16 | bf16
  *   k    (B, Sk, Hk, D)   same dtype as q; Hk divides H (query head h uses KV head h / (H/Hk))
  *   v    (B, Sk, Hk, Dv)  same dtype as k, k's shape but for its head dim Dv (1..256, D or not;
- *                         CUDA tensors: Dv = D)
+ *                         on CUDA, Dv != D runs the plug-in's stage-1 kernels)
  *   out  (B, Sq, H, Dv)   same dtype as q, or fp32 for fp16/bf16 q; written
  *   lse  (B, H, Sq)       fp32, may be NULL; written with the natural-log logsumexp of each row
  *                         of the scores (after scale, softcap and ALiBi)
@@ -317,7 +317,8 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
 typedef struct fa_kvcache {
     uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
     /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
-     * with any page_size >= 1; v_cache (and v_new) with Dv, v's head dim, in place of D.
+     * with any page_size >= 1; v_cache (and v_new) with Dv, v's head dim, in place of D (CUDA:
+     * Dv = D only).
      * Written in place when k_new/v_new are given. */
     fa_tensor k_cache, v_cache;
     /* Optional new keys and values (B, S_new, Hk, D), written into the cache at positions

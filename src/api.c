@@ -250,7 +250,6 @@ static fa_status prepare(const fa_params *params, const call *c, fa__problem *p,
         return st;
     *api = NULL;
     if (c->q->device == FA_DEVICE_CUDA) {
-        if ((st = fa__check_dv_cuda(p))) return st;
         if ((st = fa__plugin_device("q", c->q->device_index, api))) return st;
     }
     if ((st = fa__check_sinks(params, p, c->q, *api))) return st;

@@ -408,6 +408,10 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if ((st = check_tensors(c, q, kv, out))) return st;
     c->q = q;
     c->stream = fa__params_stream(params);
+    if (q->device == FA_DEVICE_CUDA && c->Dv != c->D) /* the plug-in's decode reads D only */
+        return fa__error(FA_ERR_UNSUPPORTED, "kv.v_cache: head dim Dv = %lld differs from q's "
+                         "D = %lld; the KV cache on CUDA tensors takes Dv = D only (fa_forward "
+                         "and fa_backward take any Dv)", (long long)c->Dv, (long long)c->D);
     if (q->device == FA_DEVICE_CUDA && (st = fa__plugin_device("q", q->device_index, &c->api)))
         return st;
 
@@ -417,7 +421,6 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     p->Hk = c->Hk;
     p->D = c->D;
     p->Dv = c->Dv;
-    if (c->api && (st = fa__check_dv_cuda(p))) return st;
     if ((st = fa__resolve_params(params, p))) return st;
     if (p->dropout_p != 0.0f)
         return fa__error(FA_ERR_VALUE, "params.dropout_p is %g; the KV cache forward has no "

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 4u /* 2: backward, 3: KV cache and combine, 4: sinks */
+#define FA__PLUGIN_ABI_VERSION 5u /* 2: backward, 3: KV cache and combine, 4: sinks, 5: Dv */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"

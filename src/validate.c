@@ -147,13 +147,6 @@ fa_status fa__check_head_dim_v(const fa_tensor *v, int dd) {
     return FA_OK;
 }
 
-fa_status fa__check_dv_cuda(const fa__problem *p) {
-    if (p->Dv == p->D) return FA_OK;
-    return fa__error(FA_ERR_UNSUPPORTED, "v: head dim Dv = %lld differs from q's D = %lld; a V "
-                     "head dim of its own is not supported on CUDA tensors yet",
-                     (long long)p->Dv, (long long)p->D);
-}
-
 static int spans_meet(const fa__span *a, const fa__span *b) {
     return a->begin < a->end && b->begin < b->end && a->begin < b->end && b->begin < a->end;
 }

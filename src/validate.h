@@ -32,9 +32,6 @@ fa_status fa__check_heads(const fa_tensor *q, const fa_tensor *k, const char *k_
 /* v's head dim Dv (dimension dd) in 1..FA_MAX_HEAD_DIM, independent of q's D. */
 fa_status fa__check_head_dim_v(const fa_tensor *v, int dd);
 
-/* FA_ERR_UNSUPPORTED for CUDA tensors whose Dv differs from D: the plug-in reads p->D only. */
-fa_status fa__check_dv_cuda(const fa__problem *p);
-
 /* An error unless every output span is disjoint from every other span. */
 fa_status fa__check_overlap(const fa__span *outputs, int n_outputs, const fa__span *inputs,
                             int n_inputs);

@@ -428,6 +428,8 @@ static void group_errors(void) {
 typedef struct sink_case {
     int dtype, varlen, causal, wl, wr;
     int64_t B, Sq, Sk, H, Hk, D;
+    int64_t Dv;    /* v's head dim (out, dout, dv); 0: D */
+    float dropout; /* dropout_p */
 } sink_case;
 
 static void *sink_dev(const void *host, size_t bytes) {
@@ -454,25 +456,30 @@ static fa_status sink_run(const sink_case *c, int cuda, void *const in[6], const
         memset(res[i], 0xFF, res_b[i]);
         d_res[i] = cuda ? sink_dev(res[i], res_b[i]) : res[i];
     }
+    const int64_t Dv = c->Dv ? c->Dv : c->D;
     const int64_t qf[4] = {c->B, c->Sq, c->H, c->D}, kf[4] = {c->B, c->Sk, c->Hk, c->D};
     const int64_t qv[3] = {tq, c->H, c->D}, kv[3] = {tk, c->Hk, c->D};
+    const int64_t of[4] = {c->B, c->Sq, c->H, Dv}, vf[4] = {c->B, c->Sk, c->Hk, Dv};
+    const int64_t ov[3] = {tq, c->H, Dv}, vv[3] = {tk, c->Hk, Dv};
     const int64_t lf[3] = {c->B, c->H, c->Sq}, lv[2] = {c->H, tq}, hs = c->H, cs = c->B + 1;
     const int nd = c->varlen ? 3 : 4;
     const int64_t *qs = c->varlen ? qv : qf, *ks = c->varlen ? kv : kf;
+    const int64_t *os = c->varlen ? ov : of, *vs = c->varlen ? vv : vf;
     const fa_tensor q = sink_tensor(d_in[0], c->dtype, nd, qs, cuda);
     const fa_tensor k = sink_tensor(d_in[1], c->dtype, nd, ks, cuda);
-    const fa_tensor v = sink_tensor(d_in[2], c->dtype, nd, ks, cuda);
-    const fa_tensor dout = sink_tensor(d_in[3], c->dtype, nd, qs, cuda);
+    const fa_tensor v = sink_tensor(d_in[2], c->dtype, nd, vs, cuda);
+    const fa_tensor dout = sink_tensor(d_in[3], c->dtype, nd, os, cuda);
     const fa_tensor cu = sink_tensor(d_in[5], FA_DTYPE_I32, 1, &cs, cuda);
-    const fa_tensor out = sink_tensor(d_res[0], c->dtype, nd, qs, cuda);
+    const fa_tensor out = sink_tensor(d_res[0], c->dtype, nd, os, cuda);
     const fa_tensor lse =
         sink_tensor(d_res[1], FA_DTYPE_F32, c->varlen ? 2 : 3, c->varlen ? lv : lf, cuda);
     const fa_tensor dq = sink_tensor(d_res[2], c->dtype, nd, qs, cuda);
     const fa_tensor dk = sink_tensor(d_res[3], c->dtype, nd, ks, cuda);
-    const fa_tensor dv = sink_tensor(d_res[4], c->dtype, nd, ks, cuda);
+    const fa_tensor dv = sink_tensor(d_res[4], c->dtype, nd, vs, cuda);
     fa_params p;
     fa_params_init(&p);
     p.causal = c->causal, p.window_left = c->wl, p.window_right = c->wr;
+    p.dropout_p = c->dropout, p.dropout_seed = 0x5eed, p.dropout_offset = 17;
     p.sinks = sink_tensor(d_in[4], FA_DTYPE_F32, 1, &hs, cuda);
     p.dsinks = sink_tensor(d_res[5], FA_DTYPE_F32, 1, &hs, cuda);
     fa_status st = c->varlen ? fa_varlen_forward(NULL, &p, &q, &k, &v, &cu, &cu, c->Sq, c->Sk,
@@ -505,10 +512,12 @@ static double sink_diff(int dtype, const void *a, const void *b, int64_t n, doub
 
 static void sink_check(sink_case c) {
     const int64_t tq = c.B * c.Sq, tk = c.B * c.Sk, es = (int64_t)tu_dtype_size(c.dtype);
+    const int64_t Dv = c.Dv ? c.Dv : c.D;
     const int64_t nq = tq * c.H * c.D, nk = tk * c.Hk * c.D;
-    const size_t in_b[6] = {(size_t)(nq * es), (size_t)(nk * es), (size_t)(nk * es),
-                            (size_t)(nq * es), (size_t)c.H * 4, (size_t)(c.B + 1) * 4};
-    const size_t res_b[6] = {in_b[0], (size_t)(c.H * tq) * 4, in_b[0], in_b[1], in_b[1], in_b[4]};
+    const int64_t no = tq * c.H * Dv, nv = tk * c.Hk * Dv;
+    const size_t in_b[6] = {(size_t)(nq * es), (size_t)(nk * es), (size_t)(nv * es),
+                            (size_t)(no * es), (size_t)c.H * 4, (size_t)(c.B + 1) * 4};
+    const size_t res_b[6] = {in_b[3], (size_t)(c.H * tq) * 4, in_b[0], in_b[1], in_b[2], in_b[4]};
     void *in[6], *gpu[6], *cpu[6];
     for (int i = 0; i < 6; i++) {
         in[i] = malloc(in_b[i]);
@@ -516,7 +525,7 @@ static void sink_check(sink_case c) {
         cpu[i] = malloc(res_b[i]);
     }
     for (int t = 0; t < 4; t++)
-        for (int64_t i = 0; i < (t == 0 || t == 3 ? nq : nk); i++)
+        for (int64_t i = 0; i < (t == 0 ? nq : t == 1 ? nk : t == 2 ? nv : no); i++)
             tu_store(in[t], c.dtype, i, 2.0 * tu_uniform() - 1.0);
     for (int64_t h = 0; h < c.H; h++)
         ((float *)in[4])[h] = h % 3 == 2 ? -INFINITY : (float)(2.0 * tu_uniform() + 0.5);
@@ -524,14 +533,15 @@ static void sink_check(sink_case c) {
         ((int32_t *)in[5])[b] = (int32_t)(b * c.Sq);
     const fa_status sc = sink_run(&c, 0, in, in_b, cpu, res_b);
     const fa_status sg = sink_run(&c, 1, in, in_b, gpu, res_b);
-    CASE_BEGIN("sinks, device vs CPU: %s %s B=%lld Sq=%lld Sk=%lld H=%lld Hk=%lld D=%lld causal=%d "
-               "window=(%d, %d)", tu_dtype_name(c.dtype), c.varlen ? "varlen" : "fixed",
-               (long long)c.B, (long long)c.Sq, (long long)c.Sk, (long long)c.H, (long long)c.Hk,
-               (long long)c.D, c.causal, c.wl, c.wr);
+    CASE_BEGIN("sinks, device vs CPU: %s %s B=%lld Sq=%lld Sk=%lld H=%lld Hk=%lld D=%lld Dv=%lld "
+               "causal=%d window=(%d, %d) dropout=%g", tu_dtype_name(c.dtype),
+               c.varlen ? "varlen" : "fixed", (long long)c.B, (long long)c.Sq, (long long)c.Sk,
+               (long long)c.H, (long long)c.Hk, (long long)c.D, (long long)Dv, c.causal, c.wl,
+               c.wr, (double)c.dropout);
     CHECK_MSG(sc == FA_OK && sg == FA_OK, "CPU %s, device %s (%s)", fa_status_name(sc),
               fa_status_name(sg), fa_last_error_message());
     const double g = c.dtype == FA_DTYPE_BF16 ? 2e-2 : c.dtype == FA_DTYPE_F16 ? 4e-3 : 1e-4;
-    double R, d = sink_diff(c.dtype, gpu[0], cpu[0], nq, &R);
+    double R, d = sink_diff(c.dtype, gpu[0], cpu[0], no, &R);
     CHECK_MSG(d <= 2.0 * tu_ulp(c.dtype, 1.0) + 1e-6, "out: max|gpu - cpu| = %.3g", d);
     d = 0.0;
     for (int64_t i = 0; i < c.H * tq; i++) { /* lse: the same -inf, else within 1e-3 */
@@ -541,7 +551,7 @@ static void sink_check(sink_case c) {
     }
     CHECK_MSG(d <= 1e-3, "lse: max|gpu - cpu| = %.3g", d);
     const char *names[4] = {"dq", "dk", "dv", "dsinks"};
-    const int64_t n[4] = {nq, nk, nk, c.H};
+    const int64_t n[4] = {nq, nk, nv, c.H};
     for (int t = 0; t < 4; t++) {
         d = sink_diff(t == 3 ? FA_DTYPE_F32 : c.dtype, gpu[2 + t], cpu[2 + t], n[t], &R);
         CHECK_MSG(d <= g * R + 1e-6, "%s: max|gpu - cpu| = %.3g (max|cpu| %.3g)", names[t], d, R);
@@ -567,6 +577,23 @@ static void group_sinks(void) {
     group_line("sinks", cases0, failed0);
 }
 
+/* A V head dim of its own (Dv != D: the stage-1 kernels), device vs CPU as group_sinks: MLA's
+ * 192/128, Dv > D, odd dims; causal, window, GQA, varlen, dropout; a head without a sink. */
+static void group_head_dims(void) {
+    const long cases0 = g_cases, failed0 = g_failed;
+    static const int64_t dims[4][2] = {{192, 128}, {64, 128}, {40, 24}, {8, 16}};
+    for (int i = 0; i < 4; i++) {
+        const int64_t D = dims[i][0], Dv = dims[i][1];
+        for (int t = 0; t < 3; t++) /* GQA, causal */
+            sink_check((sink_case){k_dtypes[t], 0, 1, -1, -1, 2, 13, 19, 6, 2, D, Dv, 0.0f});
+        /* sq > sk and a window: rows without a visible key; dropout */
+        sink_check((sink_case){FA_DTYPE_F32, 0, 0, 2, 0, 1, 17, 9, 3, 1, D, Dv, 0.2f});
+        /* varlen, causal */
+        sink_check((sink_case){FA_DTYPE_BF16, 1, 1, -1, -1, 3, 11, 11, 4, 2, D, Dv, 0.0f});
+    }
+    group_line("head dims (Dv != D)", cases0, failed0);
+}
+
 int main(void) {
     int32_t n = -1;
     const fa_status st = fa_device_count(FA_DEVICE_CUDA, &n);
@@ -589,6 +616,7 @@ int main(void) {
     group_nonfinite();
     group_determinism();
     group_sinks();
+    group_head_dims();
 
     for (int t = 0; t < 3; t++) {
         const int dt = k_dtypes[t];

@@ -169,7 +169,7 @@ static fa__problem problem_of(const cfg *c, const fa_params *pr) {
     p.B = c->B;
     p.H = c->H;
     p.Hk = c->Hk;
-    p.D = c->D;
+    p.D = p.Dv = c->D;
     p.Sq = c->Sq;
     p.Sk = c->Sk;
     p.scale = pr->softmax_scale != 0.0f ? pr->softmax_scale : (float)(1.0 / sqrt((double)c->D));

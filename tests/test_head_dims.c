@@ -418,13 +418,6 @@ static void error_cases(void) {
         "dq's head dim 100 != q's 64",
         fa_backward(NULL, NULL, &q.t, &k.t, &v.t, &o.t, &dout.t, &lse.t, &dv.t, &dk.t, &dv_bad.t),
         FA_ERR_SHAPE, "dq: head dim (shape[3]) is 100; expected q's 64", &dv_bad);
-    /* CUDA tensors with Dv != D: refused before any plug-in */
-    {
-        fa_tensor cq = q.t, ck = k.t, cv = v.t, co = o.t;
-        cq.device = ck.device = cv.device = co.device = FA_DEVICE_CUDA;
-        expect_error("CUDA tensors with Dv != D", fa_forward(NULL, NULL, &cq, &ck, &cv, &co, NULL),
-                     FA_ERR_UNSUPPORTED, "a V head dim of its own is not supported on CUDA", NULL);
-    }
     /* KV cache: v_new and out must have v_cache's Dv */
     {
         tu_tensor kc, vc, kn, vn_bad, qk, ok, ok_bad;
@@ -449,6 +442,14 @@ static void error_cases(void) {
         expect_error("kvcache v_new's head dim 64 != v_cache's 32",
                      fa_forward_kvcache(NULL, NULL, &qk.t, &kv, &ok.t, NULL), FA_ERR_SHAPE,
                      "kv.v_new: shape[3] is 64; expected 32 (B, S_new, Hk, Dv)", &ok);
+        /* the KV cache on CUDA tensors with Dv != D: refused before any plug-in */
+        fa_tensor cq = qk.t, co = ok.t;
+        fa_kvcache ckv = kv;
+        cq.device = co.device = ckv.k_cache.device = ckv.v_cache.device = FA_DEVICE_CUDA;
+        ckv.k_new.data = ckv.v_new.data = NULL;
+        expect_error("kvcache on CUDA with Dv != D",
+                     fa_forward_kvcache(NULL, NULL, &cq, &ckv, &co, NULL), FA_ERR_UNSUPPORTED,
+                     "the KV cache on CUDA tensors takes Dv = D only", NULL);
         tu_free(&kc), tu_free(&vc), tu_free(&kn), tu_free(&vn_bad), tu_free(&qk), tu_free(&ok);
         tu_free(&ok_bad);
     }

@@ -225,7 +225,7 @@ static int run(const Cfg &c) {
 
     fa__problem p;
     memset(&p, 0, sizeof p);
-    p.B = B, p.H = c.H, p.Hk = c.Hk, p.D = D, p.Sq = maxq, p.Sk = maxk;
+    p.B = B, p.H = c.H, p.Hk = c.Hk, p.D = p.Dv = D, p.Sq = maxq, p.Sk = maxk;
     p.cu_q = varlen ? cu_q.data() : nullptr;
     p.cu_k = varlen ? cu_k.data() : nullptr;
     p.total_q = totq, p.total_k = totk;
@@ -754,7 +754,7 @@ static int run_cache(const CacheCfg &c) {
 
     fa__problem p;
     memset(&p, 0, sizeof p);
-    p.B = B, p.H = H, p.Hk = Hk, p.D = D, p.Sq = Sq, p.Sk = 0;
+    p.B = B, p.H = H, p.Hk = Hk, p.D = p.Dv = D, p.Sq = Sq, p.Sk = 0;
     p.seqlens_k = seqlens.data();
     const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
     p.q = fa__view{q.data(), dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
@@ -863,7 +863,7 @@ static int check_cache_supported() {
     int32_t lp[2] = {0, 3}, big_lp[2] = {0, INT32_MAX - 100}, cu[3] = {0, 1, 2};
     fa__problem p0;
     memset(&p0, 0, sizeof p0);
-    p0.B = 2, p0.H = 2, p0.Hk = 1, p0.D = 64, p0.Sq = 3;
+    p0.B = 2, p0.H = 2, p0.Hk = 1, p0.D = p0.Dv = 64, p0.Sq = 3;
     p0.seqlens_k = seqlens;
     p0.q = fa__view{kbuf, FA_DTYPE_F16, 3 * 128, 128, 64, 1, nullptr, nullptr, nullptr, 0, 0};
     p0.out = p0.q;

@@ -253,7 +253,7 @@ static int run(const Cfg &c, double *worst) {
         emu::register_global(t->data(), t->x.size() * 2);
     fa__problem p;
     memset(&p, 0, sizeof p);
-    p.B = B, p.H = c.H, p.Hk = c.Hk, p.D = D;
+    p.B = B, p.H = c.H, p.Hk = c.Hk, p.D = p.Dv = D;
     p.Sq = varlen ? *std::max_element(c.lq.begin(), c.lq.end()) : c.Sq;
     p.Sk = varlen ? *std::max_element(c.lk.begin(), c.lk.end()) : c.Sk;
     p.cu_q = varlen ? cu_q.data() : nullptr;
@@ -526,7 +526,7 @@ int main(int argc, char **argv) {
         memset(&p, 0, sizeof p);
         alignas(16) static uint16_t buf[64];
         const fa__view ok = {buf, FA_DTYPE_F16, 0, 64, 8, 1, nullptr, nullptr, nullptr, 0, 0};
-        p.B = 1, p.H = 2, p.Hk = 1, p.D = 64, p.Sq = p.Sk = 4, p.scale = 0.125f;
+        p.B = 1, p.H = 2, p.Hk = 1, p.D = p.Dv = 64, p.Sq = p.Sk = 4, p.scale = 0.125f;
         p.q = p.k = p.v = p.out = p.dout = p.dq = p.dk = p.dv = ok;
         const bool yes = fa__mma_bwd_supported(&p, 80) && fa__mma_bwd_supported(&p, 90);
         const bool old = fa__mma_bwd_supported(&p, 75);

@@ -189,7 +189,7 @@ static int run(const Cfg &c) {
 
     fa__problem p;
     memset(&p, 0, sizeof p);
-    p.B = B, p.H = H, p.Hk = Hk, p.D = D, p.Sq = Sq, p.Sk = c.no_seqlens ? seqlens[0] : 0;
+    p.B = B, p.H = H, p.Hk = Hk, p.D = p.Dv = D, p.Sq = Sq, p.Sk = c.no_seqlens ? seqlens[0] : 0;
     p.seqlens_k = c.no_seqlens ? nullptr : seqlens.data();
     p.q = fa__view{q, qdt, qsb, qss, qsh, c.q_sd, nullptr, nullptr, nullptr, 0, 0};
     fa__view cache{nullptr, dt, sb, ss, sh, 1, nullptr, nullptr, nullptr, 0, 0};
@@ -370,7 +370,7 @@ static int check_negative() {
     auto base = [&]() {
         fa__problem p;
         memset(&p, 0, sizeof p);
-        p.B = 2, p.H = 8, p.Hk = 2, p.D = 64, p.Sq = 1, p.Sk = 0;
+        p.B = 2, p.H = 8, p.Hk = 2, p.D = p.Dv = 64, p.Sq = 1, p.Sk = 0;
         p.seqlens_k = seq;
         const int32_t dt = FA_DTYPE_BF16;
         p.q = fa__view{buf, dt, 8 * 64, 8 * 64, 64, 1, nullptr, nullptr, nullptr, 0, 0};
@@ -391,12 +391,13 @@ static int check_negative() {
         {"k head stride not 16 bytes", [](fa__problem &p) { p.k.sh = 68; }},
         {"v page/batch stride not 16 bytes", [](fa__problem &p) { p.v.sb = 16 * 2 * 64 + 1; }},
         {"k sd != 1", [](fa__problem &p) { p.k.sd = 2; }},
-        {"D = 60 (bf16: not whole 16 bytes)", [](fa__problem &p) { p.D = 60; }},
+        {"D = 60 (bf16: not whole 16 bytes)", [](fa__problem &p) { p.D = p.Dv = 60; }},
+        {"Dv = 128 != D", [](fa__problem &p) { p.Dv = 128; }},
         {"fp32 D = 6",
          [](fa__problem &p) {
-             p.D = 6, p.q.dtype = p.k.dtype = p.v.dtype = p.out.dtype = FA_DTYPE_F32;
+             p.D = p.Dv = 6, p.q.dtype = p.k.dtype = p.v.dtype = p.out.dtype = FA_DTYPE_F32;
          }},
-        {"D = 264", [](fa__problem &p) { p.D = 264; }},
+        {"D = 264", [](fa__problem &p) { p.D = p.Dv = 264; }},
         {"G·Sq = 32 rows", [](fa__problem &p) { p.Sq = 8; }},
         {"G·Sq = 17 rows", [](fa__problem &p) { p.H = 17, p.Hk = 1; }},
         {"varlen q", [](fa__problem &p) { p.cu_q = cu; }},
