@@ -22,26 +22,42 @@
 #include "../probe/verutil.h"
 
 /* Read from .github/workflows/publish.yml at each tag of Dao-AILab/flash-attention, newest
- * first; checked on rel_checked's day up to v2.8.3.post1 (June 2026, the newest tag then), whose
- * matrix is 2.8.3's: only setup.py's wheel name for CUDA 13 torches changed. */
-const rel_info rel_releases[] = {
-    {"2.8.3.post1", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1},
-    {"2.8.3", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1},
-    {"2.8.2", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1},
-    {"2.8.1", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1},
-    {"2.8.0.post2", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1},
-    {"2.7.4.post1", 9, 13, "2.2 2.3 2.4 2.5 2.6", "12.4", "2.31", 0},
-    {"2.7.2.post1", 9, 13, "2.1 2.2 2.3 2.4 2.5 2.6", "11.8 12.3", "2.31", 0},
-    {"2.7.2", 9, 13, "2.1 2.2 2.3 2.4 2.5 2.6", "11.8 12.3", "2.31", 0},
-    {"2.7.0", 8, 12, "2.1 2.2 2.3 2.4 2.5", "11.8 12.3", "2.31", 0},
-    {"2.6.3", 8, 12, "2.0 2.1 2.2 2.3 2.4", "11.8 12.3", "2.31", 0},
-    {"2.6.0", 8, 12, "2.0 2.1 2.2 2.3 2.4", "11.8 12.2", "2.31", 0},
-    {"2.5.9.post1", 7, 12, "1.12 1.13 2.0 2.1 2.2 2.3 2.4", "11.8 12.2", "2.31", 0},
-    {"2.5.8", 7, 11, "1.12 1.13 2.0 2.1 2.2 2.3", "11.8 12.2", "2.31", 0},
-    {"2.5.0", 7, 11, "1.12 1.13 2.0 2.1 2.2", "11.8 12.2", "2.31", 0},
+ * first; checked on rel_bundled_checked's day. The v2.* tags since v2.8.3: only v2.8.3.post1
+ * (2026-06-10), cut from v2.8.3 with setup.py's CUDA 13 wheel name and the version bump; its
+ * publish.yml is 2.8.3's (torch 2.4-2.8, CUDA 12.9.1, Python 3.9-3.13, both ABIs, x86_64 only),
+ * and the assets users install match it. The main branch's workflow (torch 2.6-2.10, CUDA 12.9
+ * and 13.0, aarch64, ABI TRUE only from torch 2.7) is in no v2 tag yet. fa4-v4.* tags publish
+ * flash-attn-4, not these wheels. */
+const rel_info rel_bundled[] = {
+    {"2.8.3.post1", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1, "x86_64"},
+    {"2.8.3", 9, 13, "2.4 2.5 2.6 2.7 2.8", "12.9", "2.32", 1, "x86_64"},
+    {"2.8.2", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1, "x86_64"},
+    {"2.8.1", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1, "x86_64"},
+    {"2.8.0.post2", 9, 13, "2.4 2.5 2.6 2.7", "12.9", "2.32", 1, "x86_64"},
+    {"2.7.4.post1", 9, 13, "2.2 2.3 2.4 2.5 2.6", "12.4", "2.31", 0, "x86_64"},
+    {"2.7.2.post1", 9, 13, "2.1 2.2 2.3 2.4 2.5 2.6", "11.8 12.3", "2.31", 0, "x86_64"},
+    {"2.7.2", 9, 13, "2.1 2.2 2.3 2.4 2.5 2.6", "11.8 12.3", "2.31", 0, "x86_64"},
+    {"2.7.0", 8, 12, "2.1 2.2 2.3 2.4 2.5", "11.8 12.3", "2.31", 0, "x86_64"},
+    {"2.6.3", 8, 12, "2.0 2.1 2.2 2.3 2.4", "11.8 12.3", "2.31", 0, "x86_64"},
+    {"2.6.0", 8, 12, "2.0 2.1 2.2 2.3 2.4", "11.8 12.2", "2.31", 0, "x86_64"},
+    {"2.5.9.post1", 7, 12, "1.12 1.13 2.0 2.1 2.2 2.3 2.4", "11.8 12.2", "2.31", 0, "x86_64"},
+    {"2.5.8", 7, 11, "1.12 1.13 2.0 2.1 2.2 2.3", "11.8 12.2", "2.31", 0, "x86_64"},
+    {"2.5.0", 7, 11, "1.12 1.13 2.0 2.1 2.2", "11.8 12.2", "2.31", 0, "x86_64"},
 };
-const size_t rel_nreleases = sizeof rel_releases / sizeof rel_releases[0];
-const char rel_checked[] = "2026-12-07";
+const size_t rel_nbundled = sizeof rel_bundled / sizeof rel_bundled[0];
+const char rel_bundled_checked[] = "2026-12-07";
+
+const rel_info *rel_releases = rel_bundled;
+size_t rel_nreleases = sizeof rel_bundled / sizeof rel_bundled[0];
+const char *rel_checked = rel_bundled_checked;
+const char *rel_source = "bundled";
+
+void rel_use_table(const rel_info *rows, size_t n, const char *checked, const char *source) {
+    rel_releases = rows;
+    rel_nreleases = n;
+    rel_checked = checked;
+    rel_source = source;
+}
 
 const char *rel_latest(void) { return rel_releases[0].version; }
 
@@ -187,8 +203,8 @@ static int has_cuda_major(const char *list, int m) {
 int rel_has_wheel(const rel_info *r, const rel_target *t, char *why, size_t cap) {
     int lo, hi, tmaj = 0, tmin = 0;
     why[0] = '\0';
-    if (t->machine[0] && strcmp(t->machine, "x86_64") != 0)
-        app(why, cap, "only linux_x86_64 wheels are published (this is %s)", t->machine);
+    if (t->machine[0] && !in_list(r->machines, t->machine))
+        app(why, cap, "only linux_%s wheels are published (this is %s)", r->machines, t->machine);
     if (t->py_minor && (t->py_minor < r->py_min || t->py_minor > r->py_max))
         app(why, cap, "Python 3.%d (wheels: 3.%d-3.%d)", t->py_minor, r->py_min, r->py_max);
     if (!t->torch_mm[0]) {

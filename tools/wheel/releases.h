@@ -24,10 +24,15 @@ typedef struct rel_info {
     const char *cuda;    /* CUDA versions the wheels were built with: "12.9" */
     const char *glibc;   /* the glibc its wheels need */
     int blackwell;       /* the wheels contain sm_100/sm_120 code */
+    const char *machines; /* Linux machines with wheels: "x86_64", "x86_64 aarch64" */
 } rel_info;
 
-extern const rel_info rel_releases[]; /* newest first */
-extern const size_t rel_nreleases;
+/* The table in use, newest first: the bundled one, or the one `flashattn wheel --refresh` cached
+ * (rel_use_table). */
+extern const rel_info *rel_releases;
+extern size_t rel_nreleases;
+extern const rel_info rel_bundled[]; /* the table built into flashattn */
+extern const size_t rel_nbundled;
 
 /* The release with this exact version, or NULL. */
 const rel_info *rel_find(const char *version);
@@ -123,8 +128,16 @@ int rel_nvcc_min_for_cc(int cc_major, int cc_minor);
 /* The newest release this tool knows. */
 const char *rel_latest(void);
 
-/* The day rel_releases was last checked against flash-attn's tags ("YYYY-MM-DD"): a release
+/* The day rel_releases was last checked against flash-attn's releases ("YYYY-MM-DD"): a release
  * made after it is missing from the table, and `flashattn wheel` says so. */
-extern const char rel_checked[];
+extern const char *rel_checked;
+/* Where the table in use came from: "bundled" or the cache file's path. */
+extern const char *rel_source;
+/* The day the bundled table was checked against flash-attn's tags. */
+extern const char rel_bundled_checked[];
+
+/* Use another table (newest first; it must outlive its use), checked on `checked`, read from
+ * `source`. */
+void rel_use_table(const rel_info *rows, size_t n, const char *checked, const char *source);
 
 #endif /* FA_TOOLS_RELEASES_H */

@@ -11,10 +11,13 @@
  *   flashattn wheel --check FILE.whl         every mismatch between a wheel's name and here
  *   flashattn wheel --build-script           a shell script that builds flash-attn from source
  *                                            correctly on this machine
+ *   flashattn wheel --refresh                the release table from flash-attn's release listing,
+ *                                            cached per user (refresh.c)
  *
  * The machine comes from the probes (envprobe.h); --python/--torch/--cuda/--abi/--platform/
- * --glibc describe another one (nothing is probed that is given). No network access: the
- * answer comes from the release table and naming rules in releases.c.
+ * --glibc describe another one (nothing is probed that is given). Only --refresh uses the
+ * network: the answer comes from the release table (the cached one when --refresh wrote it, else
+ * the bundled one in releases.c) and the naming rules there.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -27,6 +30,7 @@
 #include "../probe/envprobe.h"
 #include "../probe/verutil.h"
 #include "flashattn.h"
+#include "refresh.h"
 #include "releases.h"
 
 static void wheel_usage(FILE *f) {
@@ -34,6 +38,7 @@ static void wheel_usage(FILE *f) {
             "usage: flashattn wheel [--flash-attn VERSION] [--json]\n"
             "       flashattn wheel --check FILE.whl [--json]\n"
             "       flashattn wheel --build-script [--flash-attn VERSION]\n"
+            "       flashattn wheel --refresh\n"
             "\n"
             "Names the flash-attn release wheel (file and URL) that matches this machine's Python\n"
             "tag, torch major.minor, CUDA major and C++ ABI flag, following each release line's\n"
@@ -41,6 +46,9 @@ static void wheel_usage(FILE *f) {
             "mismatch between a wheel file name and this machine. --build-script prints a shell\n"
             "script that builds flash-attn from source here (CUDA_HOME, CC/CXX, arch lists,\n"
             "MAX_JOBS/NVCC_THREADS from RAM, the ABI flag from torch, clean build, import check).\n"
+            "--refresh reads flash-attn's release listing (GitHub's releases API, or the URL in\n"
+            "FLASHATTN_RELEASES_URL; file:// too) with curl or wget into\n"
+            "$XDG_CACHE_HOME/flashattn/releases.tsv, which later runs read first.\n"
             "\n"
             "Describe another machine instead of probing this one:\n"
             "  --python cpXY|3.Y   --torch X.Y[.Z]   --cuda X.Y|none   --abi TRUE|FALSE\n"
@@ -59,7 +67,7 @@ static void wheel_usage(FILE *f) {
 typedef struct wheel_opts {
     const char *fa_version;
     const char *check;
-    int build_script, json, no_python;
+    int build_script, json, no_python, refresh;
     const char *python, *torch, *cuda, *abi, *platform, *glibc, *cc;
 } wheel_opts;
 
@@ -187,7 +195,8 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
             if (o->json) {
                 printf("{\"flash_attn\": ");
                 json_string(stdout, o->fa_version);
-                printf(", \"release_table_checked\": \"%s\"", rel_checked);
+                printf(", \"release_table_checked\": \"%s\", \"release_table\": ", rel_checked);
+                json_string(stdout, rel_source);
                 printf(", \"known_release\": true, \"exists\": %s, \"wheel\": ",
                        has ? "true" : "false");
                 json_string(stdout, has ? wheel : NULL);
@@ -229,7 +238,8 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         if (o->json) {
             printf("{\"flash_attn\": ");
             json_string(stdout, o->fa_version);
-            printf(", \"release_table_checked\": \"%s\"", rel_checked);
+            printf(", \"release_table_checked\": \"%s\", \"release_table\": ", rel_checked);
+            json_string(stdout, rel_source);
             printf(", \"known_release\": false, \"exists\": null, \"wheel\": ");
             json_string(stdout, wheel);
             printf(", \"url\": ");
@@ -286,7 +296,8 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         if (o->json) {
             printf("{\"flash_attn\": ");
             json_string(stdout, c.rel->version);
-            printf(", \"release_table_checked\": \"%s\"", rel_checked);
+            printf(", \"release_table_checked\": \"%s\", \"release_table\": ", rel_checked);
+            json_string(stdout, rel_source);
             printf(", \"known_release\": true, \"exists\": true, \"wheel\": ");
             json_string(stdout, c.wheel);
             printf(", \"url\": ");
@@ -302,8 +313,13 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         printf("flash-attn %s%s:\n  %s\n  %s\n", c.rel->version,
                latest ? " (the newest release)" : " (the newest release with a wheel that fits)",
                c.wheel, c.url);
-        printf("(flashattn's release table was checked on %s; a newer release is not in it)\n",
-               rel_checked);
+        if (!strcmp(rel_source, "bundled"))
+            printf("(flashattn's release table was checked on %s; a newer release is not in it)\n",
+                   rel_checked);
+        else
+            printf("(flashattn's release table was fetched on %s into %s; a newer release is not "
+                   "in it)\n",
+                   rel_checked, rel_source);
         if (!latest) {
             rel_has_wheel(&rel_releases[0], t, why, sizeof why);
             if (why[0])
@@ -313,6 +329,10 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
         }
         if (c.issues[0])
             printf("\nbut it will not work here: %s\n", c.issues);
+        if (t->glibc[0] && ver_cmp(t->glibc, c.rel->glibc) < 0)
+            printf("community-built wheels for older glibc (manylinux tags; check one with "
+                   "flashattn wheel --check FILE.whl): "
+                   "https://github.com/mjun0812/flash-attention-prebuild-wheels\n");
         printf("\ninstall: pip install %s\n", c.url);
         return c.issues[0] ? 1 : 0;
     }
@@ -347,9 +367,16 @@ static int cmd_name(const wheel_opts *o, const rel_target *t) {
     }
     printf("  - build from source here: flashattn wheel --build-script > build.sh && sh "
            "build.sh\n");
+    if (t->machine[0] && strcmp(t->machine, "x86_64") != 0)
+        printf("  - community-built wheels for %s (and Windows, and other torch/CUDA pairs): "
+               "https://github.com/mjun0812/flash-attention-prebuild-wheels (releases; search "
+               "page https://mjunya.com/flash-attention-prebuild-wheels/). Check one first: "
+               "flashattn wheel --check FILE.whl\n",
+               t->machine);
     printf("  - use flashattn (this project): flash_attn_func over ctypes, one py3-none wheel "
            "for every Python and torch, nothing to compile against them (every feature on the "
-           "CPU; on NVIDIA GPUs the forward through its CUDA plug-in, not yet run on a GPU)\n");
+           "CPU; on NVIDIA GPUs its CUDA plug-in runs the forward, backward, KV cache and "
+           "combine, not yet run on a GPU)\n");
     return 1;
 }
 
@@ -748,6 +775,37 @@ static int cmd_build_script(const wheel_opts *o, const fa_env *e, const rel_targ
     return 0;
 }
 
+/* ---- the release table ----------------------------------------------------------------------- */
+
+/* The cached table, when there is one; a bad one is named and the bundled table used. */
+static void load_cache(void) {
+    char path[512], err[600];
+    if (rel_cache_path(path, sizeof path) == 0 && rel_cache_load(path, err, sizeof err) < 0)
+        fprintf(stderr,
+                "flashattn wheel: ignoring the release cache (%s); using the bundled table. "
+                "flashattn wheel --refresh rewrites it\n",
+                err);
+}
+
+static int cmd_refresh(void) {
+    char path[512], msg[1024];
+    const char *url = getenv("FLASHATTN_RELEASES_URL");
+    if (rel_cache_path(path, sizeof path) != 0) {
+        fprintf(stderr, "flashattn wheel --refresh: neither XDG_CACHE_HOME nor HOME is set; "
+                        "nowhere to keep the table\n");
+        return 1;
+    }
+    if (rel_refresh(url && *url ? url : rel_listing_url, path, msg, sizeof msg) != 0) {
+        fprintf(stderr, "flashattn wheel --refresh: %s; the release table is unchanged\n", msg);
+        return 1;
+    }
+    printf("release table refreshed on %s: %s\n", rel_checked, msg);
+    printf("newest release: flash-attn %s (torch %s; CUDA %s; Python 3.%d-3.%d; %s)\n",
+           rel_releases[0].version, rel_releases[0].torch, rel_releases[0].cuda,
+           rel_releases[0].py_min, rel_releases[0].py_max, rel_releases[0].machines);
+    return 0;
+}
+
 /* ---- the command ----------------------------------------------------------------------------- */
 
 int cmd_wheel(int argc, char **argv) {
@@ -769,6 +827,9 @@ int cmd_wheel(int argc, char **argv) {
             continue;
         } else if (!strcmp(argv[i], "--build-script")) {
             o.build_script = 1;
+            continue;
+        } else if (!strcmp(argv[i], "--refresh")) {
+            o.refresh = 1;
             continue;
         } else if (!strcmp(argv[i], "--no-python")) {
             o.no_python = 1;
@@ -806,6 +867,13 @@ int cmd_wheel(int argc, char **argv) {
         fprintf(stderr, "flashattn wheel: --flash-attn wants a version like 2.8.3\n");
         return 2;
     }
+    if (o.refresh && argc != 2) {
+        fprintf(stderr, "flashattn wheel: --refresh takes no other argument\n");
+        return 2;
+    }
+    if (o.refresh)
+        return cmd_refresh();
+    load_cache();
 
     e = calloc(1, sizeof *e);
     if (!e) {

@@ -21,7 +21,8 @@ wheel() {
     scenario=$1
     shift
     out=$TMP/$scenario.out
-    FLASHATTN_DOCTOR_LIBCUDA=none "$FA" wheel --no-python "$@" > "$out" 2>&1
+    XDG_CACHE_HOME=${CACHE:-$TMP/nocache} FLASHATTN_DOCTOR_LIBCUDA=none "$FA" wheel --no-python \
+        "$@" > "$out" 2>&1
     rc=$?
 }
 has() { grep -qF -- "$1" "$out" && ok || { bad "missing: $1"; sed 's/^/    /' "$out" | head -20; }; }
@@ -83,7 +84,7 @@ exit_is 1
 has "no known flash-attn release has a wheel for it"
 has "install torch 2.8"
 has "--build-script"
-has "on NVIDIA GPUs the forward through its CUDA plug-in, not yet run on a GPU"
+has "its CUDA plug-in runs the forward, backward, KV cache and combine, not yet run on a GPU"
 grep -q "planned" "$out" && bad "calls the CUDA plug-in planned" || ok
 
 wheel ubuntu2004 --python 3.10 --torch 2.6 --cuda 12.4 --abi FALSE --glibc 2.31 --cc 8.0
@@ -300,6 +301,80 @@ exit_is 1
 out=$TMP/run2.out
 has "nvcc 12.8 and torch's CUDA 11.8 differ in major version"
 [ ! -s "$TMP/pip.log" ] && ok || bad "pip ran although the check failed"
+
+# --refresh: a fake listing (file://) parsed into the cache, then used by a later run; bad
+# listings and failed fetches leave the cache as it was.
+refresh() {
+    scenario=$1
+    url=$2
+    out=$TMP/$scenario.out
+    XDG_CACHE_HOME=$TMP/cache FLASHATTN_RELEASES_URL=$url "$FA" wheel --refresh > "$out" 2>&1
+    rc=$?
+}
+LISTING=$SRC/tests/tools/wheel/releases.json
+refresh refresh-ok "file://$LISTING"
+exit_is 0
+has "release table refreshed on $(date -u +%Y-%m-%d)"
+has "newest release: flash-attn 2.8.4 (torch 2.8 2.9 2.10; CUDA 12 13; Python 3.10-3.13; \
+aarch64 x86_64)"
+grep -q "^2.8.3.post1	9	13	2.4 2.8	12	2.32	1	x86_64$" "$TMP/cache/flashattn/releases.tsv" && ok ||
+    bad "2.8.3.post1's row from the listing: $(cat "$TMP/cache/flashattn/releases.tsv")"
+grep -q "^2.5.0	7	11	" "$TMP/cache/flashattn/releases.tsv" && ok || bad "bundled rows kept"
+cp "$TMP/cache/flashattn/releases.tsv" "$TMP/cache.good"
+
+CACHE=$TMP/cache
+wheel cached-cu13 --python 3.12 --torch 2.10 --cuda 13.0 --abi TRUE --glibc 2.35 --cc 9.0
+exit_is 0
+has "$U/v2.8.4/flash_attn-2.8.4+cu13torch2.10cxx11abiTRUE-cp312-cp312-linux_x86_64.whl"
+has "release table was fetched on $(date -u +%Y-%m-%d) into $TMP/cache/flashattn/releases.tsv"
+wheel cached-arm --python 3.12 --torch 2.9 --cuda 12.8 --abi TRUE --platform linux_aarch64 \
+    --glibc 2.35 --cc 9.0
+exit_is 0
+has "flash_attn-2.8.4+cu12torch2.9cxx11abiTRUE-cp312-cp312-linux_aarch64.whl"
+wheel cached-json --json --python 3.12 --torch 2.8 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
+has "\"release_table\": \"$TMP/cache/flashattn/releases.tsv\""
+CACHE=
+
+head -c 3000 "$LISTING" > "$TMP/cut.json"
+refresh refresh-malformed "file://$TMP/cut.json"
+exit_is 1
+has "is not valid JSON"
+has "the release table is unchanged"
+echo '[]' > "$TMP/empty.json"
+refresh refresh-empty "file://$TMP/empty.json"
+exit_is 1
+has "the listing names no flash_attn CUDA wheel for Linux"
+refresh refresh-missing "file://$TMP/no-such.json"
+exit_is 1
+has "cannot read $TMP/no-such.json"
+refresh refresh-offline "http://127.0.0.1:9/releases"
+exit_is 1
+has "the release table is unchanged"
+[ "$(wc -l < "$out")" -eq 1 ] && ok || bad "one line, not: $(cat "$out")"
+cmp -s "$TMP/cache.good" "$TMP/cache/flashattn/releases.tsv" && ok || bad "the cache changed"
+[ "$(ls "$TMP/cache/flashattn")" = releases.tsv ] && ok || bad "left: $(ls "$TMP/cache/flashattn")"
+
+scenario=refresh-args
+"$FA" wheel --refresh --torch 2.8 > "$TMP/args.out" 2>&1
+rc=$?
+out=$TMP/args.out
+exit_is 2
+has "--refresh takes no other argument"
+
+mkdir -p "$TMP/bad/flashattn"
+printf 'checked\t2026-12-07\nnot a row\n' > "$TMP/bad/flashattn/releases.tsv"
+CACHE=$TMP/bad
+wheel bad-cache --python 3.12 --torch 2.8 --cuda 12.8 --abi TRUE --glibc 2.35 --cc 9.0
+exit_is 0
+has "ignoring the release cache ($TMP/bad/flashattn/releases.tsv line 2 is not a release row)"
+has "flash-attn 2.8.3.post1 (the newest release)"
+CACHE=
+
+wheel windows --python 3.12 --torch 2.8 --cuda 12.8 --abi TRUE --platform win_amd64 --cc 9.0
+exit_is 1
+has "https://github.com/mjun0812/flash-attention-prebuild-wheels"
+wheel old-glibc --python 3.10 --torch 2.8 --cuda 12.8 --abi TRUE --glibc 2.28 --cc 9.0
+has "community-built wheels for older glibc"
 
 echo "test_wheel: $pass passed, $fail failed"
 [ $fail -eq 0 ]
