@@ -24,8 +24,8 @@ flash-attn's (enable() warns) and NAME is flashattn's.
 No feature is dropped: transformers passes exactly the arguments these functions' signatures
 name (it reads them), and each reaches flashattn, attention sinks (transformers' s_aux, passed
 as learnable_sink) included; anything flashattn refuses (head dim > 256, a CUDA call without the
-plug-in, ...) raises flashattn's error. transformers itself only warns on output_attentions=True (flash
-attention returns no probabilities).
+plug-in, ...) raises flashattn's error. transformers itself only warns on
+output_attentions=True (flash attention returns no probabilities).
 
 Versions: tested with transformers 5.25.0 and kernels 0.19.1 (TESTED). enable() raises
 FlashAttnValueError where transformers or kernels is missing, transformers is older than 5, or
