@@ -130,15 +130,20 @@ fuzz-build:
 	    -o $(FUZZ_BUILD)/fuzz_explain
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_elf.c $(FUZZ_TOOL)/elf/elfread.c \
 	    -o $(FUZZ_BUILD)/fuzz_elf
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_listing.c $(FUZZ_TOOL)/wheel/releases.c \
+	    $(FUZZ_TOOL)/probe/envutil.c \
+	    -o $(FUZZ_BUILD)/fuzz_listing
 	printf 'int f(void){return 0;}\n' | $(FUZZ_CC) -shared -fPIC -x c - -o $(FUZZ_BUILD)/seeds-elf/tiny.so
 
 fuzz: fuzz-build
-	@mkdir -p $(FUZZ_BUILD)/corpus-explain $(FUZZ_BUILD)/corpus-elf
+	@mkdir -p $(FUZZ_BUILD)/corpus-explain $(FUZZ_BUILD)/corpus-elf $(FUZZ_BUILD)/corpus-listing
 	cd $(FUZZ_BUILD) && ./fuzz_explain -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    -print_final_stats=1 corpus-explain $(CURDIR)/tests/fuzz/corpus/explain \
 	    $(CURDIR)/tests/tools/explain/logs
 	cd $(FUZZ_BUILD) && ./fuzz_elf -max_total_time=$(FUZZ_SECONDS) -max_len=16384 \
 	    -print_final_stats=1 corpus-elf seeds-elf
+	cd $(FUZZ_BUILD) && ./fuzz_listing -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -print_final_stats=1 corpus-listing $(CURDIR)/tests/tools/wheel
 
 # ---------------------------------------------------------------------------------------------
 # AArch64: cross-build with Debian's gcc-aarch64-linux-gnu and run the C tests under qemu-user,

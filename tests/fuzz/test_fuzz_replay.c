@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_fuzz_replay.c — a short, deterministic replay of the fuzz targets in tests/fuzz/
- * (explain's log reader and classifier, the ELF reader) in `make test`, so the
+ * (explain's log reader and classifier, the ELF reader, wheel --refresh's listing and cache
+ * readers) in `make test`, so the
  * harnesses keep compiling and the seed corpora, the log fixtures, any crash inputs saved in
  * tests/fuzz/corpus/ and a few thousand generated inputs keep passing without clang. The real
  * fuzzing is `make fuzz` (libFuzzer).
@@ -18,6 +19,7 @@
 #include "../../tools/wheel/releases.c"
 #include "fuzz_elf.c"
 #include "fuzz_explain.c"
+#include "fuzz_listing.c"
 
 #include <dirent.h>
 
@@ -119,6 +121,12 @@ int main(void) {
     }
     CASE_END();
 
+    CASE_BEGIN("replay the release listing fixtures");
+    snprintf(dir, sizeof dir, "%s/tests/tools/wheel", src);
+    n = replay_dir(dir, fa_fuzz_listing);
+    CHECK_MSG(n >= 1, "no listing fixture under %s", dir);
+    CASE_END();
+
     CASE_BEGIN("generated inputs");
     for (i = 0; i < 3000; i++) {
         unsigned char buf[512];
@@ -144,6 +152,7 @@ int main(void) {
         }
         fa_fuzz_explain(buf, len);
         fa_fuzz_elf(buf, len);
+        fa_fuzz_listing(buf, len);
     }
     CHECK(1);
     CASE_END();

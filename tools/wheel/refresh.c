@@ -451,7 +451,7 @@ static int build_table(char (*names)[256], size_t nnames, char *msg, size_t cap)
     tab.n = 0;
     for (i = 0; i < nnames; i++) {
         rel_wheel w;
-        char err[128], cu[8];
+        char err[128], cu[12];
         row *r;
         int py;
         if (rel_parse_wheel(names[i], &w, err, sizeof err) != 0 || strcmp(w.dist, "flash_attn") ||
