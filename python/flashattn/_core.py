@@ -380,7 +380,7 @@ def flash_attn_varlen_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
                               window_size_left=-1, window_size_right=-1, softcap=0.0,
                               alibi_slopes=None, return_softmax=False, block_table=None,
                               leftpad_k=None, seqused_k=None, out_dtype=None, sinks=None):
-    """→ (out (total_q, H, D), softmax_lse (H, total_q), S_dmask, rng_state); out_dtype and
+    """→ (out (total_q, H, Dv), softmax_lse (H, total_q), S_dmask, rng_state); out_dtype and
     sinks as flash_attn_forward's (out_dtype not with block_table)."""
     dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap = _scalars(
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap)
