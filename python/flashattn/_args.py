@@ -144,3 +144,11 @@ def attention(dropout_p_, softmax_scale_, causal, softcap_):
     softcap)."""
     return (dropout_p(dropout_p_), softmax_scale(softmax_scale_), boolean("causal", causal),
             softcap(softcap_))
+
+
+def sinks(learnable_sink, s_aux):
+    """The attention sinks of a public call: learnable_sink (flash-attn's name) or s_aux (vLLM's
+    and transformers'), at most one of them; None without sinks. The caller checks the type."""
+    if learnable_sink is not None and s_aux is not None:
+        raise _value_error("learnable_sink and s_aux name the same sinks; pass one")
+    return learnable_sink if learnable_sink is not None else s_aux

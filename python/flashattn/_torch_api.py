@@ -533,9 +533,7 @@ def sinks_arg(learnable_sink, s_aux):
     """The sinks of a public call: learnable_sink (flash-attn's name) or s_aux (vLLM's and
     transformers'), not both; a float tensor, made fp32 here so that autograd returns the
     gradient in the caller's dtype."""
-    if learnable_sink is not None and s_aux is not None:
-        raise FlashAttnValueError("learnable_sink and s_aux name the same sinks; pass one")
-    x = learnable_sink if learnable_sink is not None else s_aux
+    x = _args.sinks(learnable_sink, s_aux)
     if x is None:
         return None
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import _args, _core
 from ._core import NumpyBackend as _NP
-from ._lib import FlashAttnTypeError, FlashAttnValueError
+from ._lib import FlashAttnTypeError
 
 __all__ = [
     "flash_attn_func",
@@ -149,9 +149,7 @@ def _checked(dropout_p, softmax_scale, causal, window_size, softcap, determinist
 
 def _np_sinks(learnable_sink, s_aux):
     """The sinks of a call on NumPy arrays (see _torch_api.sinks_arg): a float array, as fp32."""
-    if learnable_sink is not None and s_aux is not None:
-        raise FlashAttnValueError("learnable_sink and s_aux name the same sinks; pass one")
-    x = learnable_sink if learnable_sink is not None else s_aux
+    x = _args.sinks(learnable_sink, s_aux)
     if x is None:
         return None
     if not isinstance(x, np.ndarray) or x.dtype.kind != "f" and str(x.dtype) != "bfloat16":
