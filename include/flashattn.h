@@ -111,7 +111,14 @@ typedef enum fa_dtype {
     FA_DTYPE_F16 = 1,  /* IEEE binary16 */
     FA_DTYPE_BF16 = 2, /* bfloat16 (the upper half of a binary32) */
     FA_DTYPE_I32 = 3,  /* int32, for cu_seqlens */
-    FA_DTYPE_U8 = 4    /* uint8, for the dropout mask */
+    FA_DTYPE_U8 = 4,   /* uint8, for the dropout mask */
+    /* 8-bit KV caches only (fa_kvcache.k_scale says how a stored value is read) */
+    FA_DTYPE_I8 = 5,      /* int8, two's complement (-128 reads as -128; the append writes
+                             -127..127) */
+    FA_DTYPE_F8_E4M3 = 6, /* fp8 e4m3fn (OCP FP8): sign, 4 exponent bits (bias 7), 3 mantissa
+                             bits, subnormals, no infinity, NaN = S.1111.111, largest 448 */
+    FA_DTYPE_F8_E5M2 = 7  /* fp8 e5m2 (OCP FP8): the upper byte of an fp16 (bias 15),
+                             infinities and NaN, largest 57344 */
 } fa_dtype;
 
 typedef enum fa_device {
@@ -313,7 +320,8 @@ FA_API fa_status fa_varlen_forward(fa_context *ctx, const fa_params *params, con
 /* The cache side of fa_forward_kvcache, flash-attn's flash_attn_with_kvcache. Fill it with
  * fa_kvcache_init, then set the tensors you use; a tensor whose data is NULL is absent. All
  * tensors are on q's device, except that the int32 ones (cache_seqlens, cache_batch_idx,
- * cache_leftpad, block_table) may be on the host with CUDA q; k/v tensors share q's dtype. */
+ * cache_leftpad, block_table) may be on the host with CUDA q; k/v tensors share q's dtype,
+ * except 8-bit caches (k_scale). */
 typedef struct fa_kvcache {
     uint32_t struct_size; /* sizeof(fa_kvcache), set by fa_kvcache_init */
     /* (B_cache, S_cache, Hk, D); or, with block_table, paged: (num_pages, page_size, Hk, D)
@@ -350,6 +358,19 @@ typedef struct fa_kvcache {
      * splits a cache into chunks whose size depends only on its length (1024 keys, or an eighth
      * of a cache shorter than 8192 keys), so results never depend on it. */
     int32_t num_splits;
+    /* 8-bit caches (CPU only): k_cache and v_cache both of dtype FA_DTYPE_I8, FA_DTYPE_F8_E4M3
+     * or FA_DTYPE_F8_E5M2 (q, k_new, v_new and out keep f32/f16/bf16). A cached value is its
+     * stored value times its scale, fp32; scales are required with 8-bit caches, one of:
+     *   (B_cache, S_cache, Hk), paged (num_pages, page_size, Hk): a scale per token and KV head,
+     *     which the append writes: s = max|x| / Q over the new row x (Q = 127, 448, 57344 for
+     *     i8, e4m3, e5m2), stored = x / s rounded to nearest even (s = 0: stored 0; a row with a
+     *     NaN or an infinity: s = NaN, stored 0);
+     *   (B, Hk): one scale per batch and KV head, finite and > 0 (flash-attn 3's k_descale and
+     *     v_descale); the append stores x / s rounded to nearest even.
+     * Stores saturate at +-Q (infinities too); a NaN stores as NaN in fp8, 0 in int8. Rotary
+     * applies before the new keys are quantized. Absent fields of a caller built before they
+     * existed (struct_size = offsetof(fa_kvcache, k_scale)) read as absent. */
+    fa_tensor k_scale, v_scale;
 } fa_kvcache;
 
 /* Fills *kv with "nothing given", cache_seqlen = -1, rotary_interleaved = 1, and sets

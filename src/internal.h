@@ -30,11 +30,19 @@ static inline int fa__dtype_size(int32_t dtype) {
     case FA_DTYPE_BF16: return 2;
     case FA_DTYPE_I32: return 4;
     case FA_DTYPE_U8: return 1;
+    case FA_DTYPE_I8: return 1;
+    case FA_DTYPE_F8_E4M3: return 1;
+    case FA_DTYPE_F8_E5M2: return 1;
     }
     return 0;
 }
 
-/* "f32", "f16", "bf16", "i32" or "unknown". */
+/* Is dtype one of the 8-bit cache formats (i8, f8_e4m3, f8_e5m2)? */
+static inline int fa__dtype_8bit(int32_t dtype) {
+    return dtype == FA_DTYPE_I8 || dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2;
+}
+
+/* "f32", "f16", "bf16", "i32", "u8", "i8", "f8_e4m3", "f8_e5m2" or "unknown". */
 const char *fa__dtype_name(int32_t dtype);
 
 /* ---- context and thread pool ---- */

@@ -25,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FA__PLUGIN_ABI_VERSION 5u /* 2: backward, 3: KV cache and combine, 4: sinks, 5: Dv */
+#define FA__PLUGIN_ABI_VERSION 6u /* 2: backward, 3: KV cache and combine, 4: sinks, 5: Dv,
+                                     6: fa__view.scale (8-bit caches; CPU only) */
 
 /* The symbol the core looks up in the plug-in. */
 #define FA__PLUGIN_ENTRY "fa_cuda_plugin_entry"

@@ -23,6 +23,11 @@ typedef struct fa__view {
     int64_t sb, ss, sh, sd;
     const int32_t *row_off, *block_table, *batch_idx;
     int64_t bt_stride, page;
+    /* 8-bit KV caches (dtype i8, f8_e4m3, f8_e5m2; CPU only): row (b, s, h)'s value is its
+     * stored values times the fp32 at scale->data + fa__view_at(scale, b, s, h) floats (a view
+     * with its own indirections: a per-token scale shares the cache's, a per-(batch, head) one
+     * has none and ss = 0). NULL otherwise. */
+    const struct fa__view *scale;
 } fa__view;
 
 /* Offset in elements of element (b, s, h, 0) of x, through its KV-cache indirections (none for
@@ -35,6 +40,11 @@ FA_HD int64_t fa__view_at(const fa__view *x, int64_t b, int64_t s, int64_t h) {
         s %= x->page;
     }
     return first * x->sb + s * x->ss + h * x->sh;
+}
+
+/* The scale of row (b, s, h) of x: 1 unless x is an 8-bit cache. */
+static inline float fa__row_scale(const fa__view *x, int64_t b, int64_t s, int64_t h) {
+    return x->scale ? ((const float *)x->scale->data)[fa__view_at(x->scale, b, s, h)] : 1.0f;
 }
 
 typedef struct fa__problem {

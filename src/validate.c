@@ -21,6 +21,9 @@ const char *fa__dtype_name(int32_t dtype) {
     case FA_DTYPE_BF16: return "bf16";
     case FA_DTYPE_I32: return "i32";
     case FA_DTYPE_U8: return "u8";
+    case FA_DTYPE_I8: return "i8";
+    case FA_DTYPE_F8_E4M3: return "f8_e4m3";
+    case FA_DTYPE_F8_E5M2: return "f8_e5m2";
     }
     return "unknown";
 }

@@ -27,9 +27,11 @@ void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_
     } else if (dtype == FA_DTYPE_F16) {
         const uint16_t *s = src;
         for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__f16_to_f32(s[t * stride]) * scale;
-    } else {
+    } else if (dtype == FA_DTYPE_BF16) {
         const uint16_t *s = src;
         for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__bf16_to_f32(s[t * stride]) * scale;
+    } else { /* 8-bit cache rows */
+        for (int64_t t = 0; t < n; t++) dst[t * ld] = fa__row_load(src, dtype, t * stride) * scale;
     }
 }
 
@@ -69,8 +71,9 @@ const float *fa__kv_block(int64_t D, const fa__cpu_kernels *kern, const fa__view
     const int64_t ldr = transposed ? D : ld;
     for (int64_t j = 0; j < n; j++) {
         const void *src = fa__elem(x, b, row0 + j, hk);
-        if (x->sd == 1) kern->to_f32((int)D, src, x->dtype, 1.0f, rows + j * ldr);
-        else fa__load_f32(rows + j * ldr, 1, src, x->dtype, D, x->sd, 1.0f);
+        const float scale = fa__row_scale(x, b, row0 + j, hk); /* 1 but in 8-bit caches */
+        if (x->sd == 1) kern->to_f32((int)D, src, x->dtype, scale, rows + j * ldr);
+        else fa__load_f32(rows + j * ldr, 1, src, x->dtype, D, x->sd, scale);
     }
     if (transposed) kern->transpose((int)n, (int)D, rows, D, pack, ld);
     return pack;
@@ -107,6 +110,11 @@ int fa__finite(const void *x, int32_t dtype, int64_t n, int64_t stride) {
     if (dtype == FA_DTYPE_F32) {
         const uint32_t *u = x;
         for (int64_t t = 0; t < n; t++) bad |= (u[t * stride] & 0x7F800000u) == 0x7F800000u;
+    } else if (dtype == FA_DTYPE_I8) {
+        return 1;
+    } else if (dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2) { /* e4m3: NaN only */
+        const uint8_t *u = x, e = dtype == FA_DTYPE_F8_E4M3 ? 0x7Fu : 0x7Cu;
+        for (int64_t t = 0; t < n; t++) bad |= (u[t * stride] & e) == e;
     } else {
         const uint16_t *u = x, e = dtype == FA_DTYPE_F16 ? 0x7C00u : 0x7F80u;
         for (int64_t t = 0; t < n; t++) bad |= (u[t * stride] & e) == e;
@@ -119,8 +127,10 @@ int fa__rows_finite(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64
     for (int64_t j0 = 0; j0 < n; j0 += FA_BC) {
         const int64_t m = n - j0 < FA_BC ? n - j0 : FA_BC;
         fa__row_ptrs(x, b, row0 + j0, m, h, rows);
-        for (int64_t j = 0; j < m; j++)
-            if (!fa__finite(rows[j], x->dtype, D, x->sd)) return 0;
+        for (int64_t j = 0; j < m; j++) /* an 8-bit row's value: stored times scale */
+            if (!fa__finite(rows[j], x->dtype, D, x->sd) ||
+                !isfinite(fa__row_scale(x, b, row0 + j0 + j, h)))
+                return 0;
     }
     return 1;
 }

@@ -38,7 +38,8 @@ static inline int64_t fa__task_batch(const int64_t *start, int64_t B, int64_t ta
 /* Address of element (b, s, h, 0) of a view. */
 void *fa__elem(const fa__view *x, int64_t b, int64_t s, int64_t h);
 
-/* n elements of any dtype (stride `stride`) into fp32 times `scale` at dst[t * ld]. */
+/* n elements of any floating dtype, 8-bit ones included (stride `stride`), into fp32 times
+ * `scale` at dst[t * ld]. */
 void fa__load_f32(float *dst, int64_t ld, const void *src, int32_t dtype, int64_t n,
                   int64_t stride, float scale);
 
@@ -51,7 +52,7 @@ void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const 
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
 
 /* n keys (or values) of head hk from row `row0`, D elements each (the view's head dim: D for
- * k, Dv for v), as fp32 in `pack`: rows [n, D] when transposed == 0, else [D, n], with row
+ * k, Dv for v), as fp32 in `pack` (8-bit caches: times each row's scale): rows [n, D] when transposed == 0, else [D, n], with row
  * stride ld (>= D, or >= n when transposed). tmp ([n, D]) holds converted rows on the way to a
  * transpose. Returns pack. */
 const float *fa__kv_block(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
@@ -127,13 +128,14 @@ static inline void fa__row_keys(const fa__problem *p, int64_t i, int64_t j0, int
     *e = hi < *a ? *a : hi < n ? hi : n;
 }
 
-/* Are the n elements of x (dtype f32, f16 or bf16, stride `stride`) all finite (no NaN, no
+/* Are the n elements of x (any floating dtype, stride `stride`) all finite (no NaN, no
  * infinity)? The non-finite rule (docs/semantics.md) asks it of the operands of a block at the
  * band's edge: a P or dS of exactly 0 times a NaN or an infinity would be NaN in a row that
  * cannot see it, and such blocks then take an exact path. */
 int fa__finite(const void *x, int32_t dtype, int64_t n, int64_t stride);
 
-/* fa__finite over rows row0..row0+n of head h of a view (D elements each). */
+/* fa__finite over rows row0..row0+n of head h of a view (D elements each), and over their
+ * scales when the view is an 8-bit cache. */
 int fa__rows_finite(const fa__view *x, int64_t b, int64_t row0, int64_t n, int64_t h, int64_t D);
 
 /* The rows of [i0, i0 + nr) that see some key of [j0, j0 + n): [*lo, *hi). Rows above see only

@@ -52,7 +52,8 @@ typedef struct fa__cpu_kernels {
      * contiguous block first. */
     int pv_packed_b;
 
-    /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16. */
+    /* dst[t] = scale · src[t] for n contiguous elements of dtype f32, f16 or bf16, or of an
+     * 8-bit cache (i8, f8_e4m3, f8_e5m2: the stored value times scale). */
     void (*to_f32)(int n, const void *src, int32_t dtype, float scale, float *dst);
     /* The way back: dst[t] = dtype(scale · src[t]) for n contiguous elements of dtype f32, f16
      * or bf16, rounded to nearest even as convert.h rounds (NaN payloads may differ). */
@@ -60,7 +61,8 @@ typedef struct fa__cpu_kernels {
 
     /* Decode products on K/V rows read in place (no packing), for m <= 64 query rows; NULL
      * where a set has none (the packed products above serve then). Rows are given by pointers
-     * (any dtype: f32, f16, bf16, converted in registers), so paged caches need no copy.
+     * (any dtype: f32, f16, bf16, or an 8-bit cache's stored values, before their scale, which
+     * the caller applies to S and P; converted in registers), so paged caches need no copy.
      *   qk_rows: S[i, j] = Q[i] · K[j].  Q: [m, d] fp32 (ldq), S: [m, n] (lds).
      *   pv_rows: O = diag(alpha) O + P V.  P: [m, n] (ldp), O: [m, d] (ldo).
      * pf: rows the caller reads next (NULL or pf->n == 0: none), the call's share of the next
@@ -199,6 +201,24 @@ static inline void fa__softmax_rows_2pass(int rows, int n, float *x, int64_t ldx
         } else {                                                                                   \
             enum { FA_DT = FA_DTYPE_BF16 };                                                        \
             CALL;                                                                                  \
+        }                                                                                          \
+    } while (0)
+
+/* FA_BY_DTYPE for the decode products (qk_rows, pv_rows), whose rows may also be an 8-bit
+ * cache's: i8, f8_e4m3 or f8_e5m2 (FA_DT then one of those). */
+#define FA_BY_ROW_DTYPE(dtype, CALL)                                                               \
+    do {                                                                                           \
+        if ((dtype) == FA_DTYPE_I8) {                                                              \
+            enum { FA_DT = FA_DTYPE_I8 };                                                          \
+            CALL;                                                                                  \
+        } else if ((dtype) == FA_DTYPE_F8_E4M3) {                                                  \
+            enum { FA_DT = FA_DTYPE_F8_E4M3 };                                                     \
+            CALL;                                                                                  \
+        } else if ((dtype) == FA_DTYPE_F8_E5M2) {                                                  \
+            enum { FA_DT = FA_DTYPE_F8_E5M2 };                                                     \
+            CALL;                                                                                  \
+        } else {                                                                                   \
+            FA_BY_DTYPE(dtype, CALL);                                                              \
         }                                                                                          \
     } while (0)
 

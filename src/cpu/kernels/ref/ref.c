@@ -48,12 +48,7 @@ void fa__pv_ref(int m, int n, int d, const float *p, int64_t ldp, const float *v
 }
 
 void fa__to_f32_ref(int n, const void *src, int32_t dtype, float scale, float *dst) {
-    const uint16_t *h = src;
-    const float *f = src;
-    for (int t = 0; t < n; t++)
-        dst[t] = scale * (dtype == FA_DTYPE_F32   ? f[t]
-                          : dtype == FA_DTYPE_F16 ? fa__f16_to_f32(h[t])
-                                                  : fa__bf16_to_f32(h[t]));
+    for (int t = 0; t < n; t++) dst[t] = scale * fa__row_load(src, dtype, t);
 }
 
 void fa__transpose_ref(int n, int d, const float *src, int64_t lds, float *dst, int64_t ldd) {
