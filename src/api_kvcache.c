@@ -5,6 +5,7 @@
  * forward over the cache's view, on the CPU or by the CUDA plug-in. With CUDA tensors the
  * indices (cache_seqlens, cache_batch_idx, cache_leftpad, block_table) may lie on the host or
  * on the device; device ones are copied to the host for the checks (a wait on the stream).
+ * 8-bit caches (CPU only) carry scales, checked here and given to the views (fa__view.scale).
  */
 #include "cpu/cpu.h"
 #include "internal.h"
@@ -12,6 +13,7 @@
 #include "size.h"
 #include "validate.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,9 @@ static int given(const fa_tensor *t) { return t->data != NULL; }
 typedef struct kvcall {
     int64_t B, Sq, H, Hk, D, Dv, S_new, capacity, rows; /* rows: B_cache or number of pages */
     int paged, append;
+    int q8;          /* 8-bit caches: scale views below */
+    int scale_token[2]; /* k, v: a scale per token (the append writes it), else per (b, hk) */
+    fa__view scale_fwd[2], scale_app[2]; /* the forward's (from leftpad on), the append's */
     int32_t *ints; /* one allocation: seqlens, seqlens_k, batch_idx, leftpad [B] each */
     int32_t *seqlens, *seqlens_k, *batch_idx, *leftpad;
     const int32_t *bt;  /* the block table's entries on the host (paged) */
@@ -36,7 +41,7 @@ typedef struct kvcall {
     const fa_tensor *q; /* the call's device */
     const fa__plugin_api *api; /* CUDA calls: the plug-in; NULL on the CPU */
     void *stream;
-    fa__span in[MAX_SPANS], out[4];
+    fa__span in[MAX_SPANS], out[6];
     int n_in, n_out;
 } kvcall;
 
@@ -98,9 +103,11 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
                              cnames[t]);
         if ((st = fa__check_view(caches[t], cnames[t], 4, cd, c->append, span(c, c->append))))
             return st;
-        if (caches[t]->dtype != q->dtype)
-            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; they must match",
-                             cnames[t], fa__dtype_name(caches[t]->dtype), fa__dtype_name(q->dtype));
+        const int32_t cdt = caches[t]->dtype;
+        if (cdt != q->dtype && !(fa__dtype_8bit(cdt) && cdt == kv->k_cache.dtype))
+            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; expected q's dtype, or "
+                             "both caches i8, f8_e4m3 or f8_e5m2 (with k_scale and v_scale)",
+                             cnames[t], fa__dtype_name(cdt), fa__dtype_name(q->dtype));
         for (int i = 0; i < 3; i++) /* the head dims (Dv and D) may differ */
             if (caches[t]->shape[i] != kv->k_cache.shape[i])
                 return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected kv.k_cache's %lld",
@@ -115,6 +122,7 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
                          FA_MAX_HEAD_DIM);
     c->Hk = kv->k_cache.shape[2];
     c->rows = kv->k_cache.shape[0];
+    c->q8 = fa__dtype_8bit(kv->k_cache.dtype);
 
     if (c->append) {
         const fa_tensor *nw[2] = {&kv->k_new, &kv->v_new};
@@ -319,6 +327,74 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
     return c->S_new > 0 ? check_writers(c, kv) : FA_OK;
 }
 
+/* The scales of 8-bit caches: shapes, dtype, and the values of per-(batch, head) ones; they get
+ * their views (the per-token ones through the cache's page table, batch index and leftpad). */
+static fa_status check_scales(kvcall *c, const fa_kvcache *kv) {
+    const fa_tensor *sc[2] = {&kv->k_scale, &kv->v_scale};
+    const char *names[2] = {"kv.k_scale", "kv.v_scale"};
+    fa_status st;
+    for (int t = 0; t < 2; t++) {
+        if (!c->q8) {
+            if (given(sc[t]))
+                return fa__error(FA_ERR_VALUE, "%s: given, but the caches are %s; scales go "
+                                 "with 8-bit caches (i8, f8_e4m3, f8_e5m2)", names[t],
+                                 fa__dtype_name(kv->k_cache.dtype));
+            continue;
+        }
+        if (!given(sc[t]))
+            return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; %s caches need their "
+                             "scales", names[t], fa__dtype_name(kv->k_cache.dtype));
+        const int token = sc[t]->ndim == 3; /* else (B, Hk) */
+        const char *dims = token ? (c->paged ? "(num_pages, page_size, Hk)"
+                                             : "(B_cache, S_cache, Hk)")
+                                 : "(B, Hk)";
+        if (sc[t]->ndim != 2 && sc[t]->ndim != 3)
+            return fa__error(FA_ERR_SHAPE, "%s: ndim is %d; expected 3, a scale per token %s, "
+                             "or 2, one per batch and KV head (B, Hk)", names[t], sc[t]->ndim,
+                             c->paged ? "(num_pages, page_size, Hk)" : "(B_cache, S_cache, Hk)");
+        const int out = token && c->append; /* the append writes the new rows' scales */
+        if ((st = fa__check_view(sc[t], names[t], sc[t]->ndim, dims, out, span(c, out))))
+            return st;
+        if (sc[t]->dtype != FA_DTYPE_F32)
+            return fa__error(FA_ERR_DTYPE, "%s: dtype is %s; expected f32", names[t],
+                             fa__dtype_name(sc[t]->dtype));
+        const int64_t want[3] = {token ? kv->k_cache.shape[0] : c->B,
+                                 token ? kv->k_cache.shape[1] : c->Hk, c->Hk};
+        for (int i = 0; i < sc[t]->ndim; i++)
+            if (sc[t]->shape[i] != want[i])
+                return fa__error(FA_ERR_SHAPE, "%s: shape[%d] is %lld; expected %lld %s",
+                                 names[t], i, (long long)sc[t]->shape[i], (long long)want[i],
+                                 dims);
+        c->scale_token[t] = token;
+        fa__view *f = &c->scale_fwd[t], *a = &c->scale_app[t];
+        if (token) {
+            *a = (fa__view){.data = sc[t]->data, .dtype = FA_DTYPE_F32, .sb = sc[t]->stride[0],
+                            .ss = sc[t]->stride[1], .sh = sc[t]->stride[2],
+                            .batch_idx = c->batch_idx};
+            if (c->paged) {
+                a->block_table = c->bt;
+                a->bt_stride = kv->block_table.stride[0];
+                a->page = kv->k_cache.shape[1];
+            }
+            *f = *a;
+            f->row_off = c->leftpad;
+            continue;
+        }
+        *a = (fa__view){.data = sc[t]->data, .dtype = FA_DTYPE_F32, .sb = sc[t]->stride[0],
+                        .sh = sc[t]->stride[1]};
+        *f = *a;
+        for (int64_t b = 0; b < c->B; b++) /* on the host: 8-bit caches are CPU only */
+            for (int64_t h = 0; h < c->Hk; h++) {
+                const float x = ((const float *)sc[t]->data)[fa__view_at(a, b, 0, h)];
+                if (!(x > 0.0f) || x == INFINITY)
+                    return fa__error(FA_ERR_VALUE, "%s[%lld, %lld] is %g; a scale per batch and "
+                                     "KV head must be finite and > 0", names[t], (long long)b,
+                                     (long long)h, (double)x);
+            }
+    }
+    return FA_OK;
+}
+
 static fa_status check_rotary(kvcall *c, const fa_kvcache *kv, const fa_tensor *q, int shift_rows,
                               fa__rotary *ro) {
     memset(ro, 0, sizeof *ro);
@@ -382,14 +458,29 @@ static fa_status check_devices(const kvcall *c, const fa_params *params, const f
                                const fa_tensor *out, const fa_tensor *lse) {
     const fa_tensor *const ts[] = {out, lse, &kv->k_cache, &kv->v_cache, &kv->k_new,
                                    &kv->v_new, &kv->rotary_cos, &kv->rotary_sin,
+                                   &kv->k_scale, &kv->v_scale,
                                    params ? &params->alibi_slopes : NULL};
     static const char *const names[] = {"out", "lse", "kv.k_cache", "kv.v_cache",
                                         "kv.k_new", "kv.v_new", "kv.rotary_cos",
-                                        "kv.rotary_sin", "params.alibi_slopes"};
+                                        "kv.rotary_sin", "kv.k_scale", "kv.v_scale",
+                                        "params.alibi_slopes"};
     fa_status st;
     for (int i = 0; i < (int)(sizeof ts / sizeof *ts); i++)
         if (ts[i] && given(ts[i]) && (st = fa__check_same_device(ts[i], names[i], c->q, "q")))
             return st;
+    return FA_OK;
+}
+
+/* *kv as this library knows it in *full: a caller's struct from before the scales existed
+ * (struct_size = offsetof(fa_kvcache, k_scale)) gets them absent. */
+static fa_status read_kvcache(const fa_kvcache *kv, fa_kvcache *full) {
+    if (!kv) return fa__error(FA_ERR_NULL_POINTER, "kv: NULL; expected a fa_kvcache");
+    const size_t v1 = offsetof(fa_kvcache, k_scale);
+    if (kv->struct_size != sizeof *kv && kv->struct_size != v1)
+        return fa__error(FA_ERR_STRUCT_SIZE, "kv.struct_size is %u; expected %zu (call "
+                         "fa_kvcache_init first)", kv->struct_size, sizeof *kv);
+    memset(full, 0, sizeof *full);
+    memcpy(full, kv, kv->struct_size);
     return FA_OK;
 }
 
@@ -398,16 +489,16 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
                          const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse,
                          fa__problem *p, fa__rotary *ro, int *none) {
     fa_status st;
-    if (!kv) return fa__error(FA_ERR_NULL_POINTER, "kv: NULL; expected a fa_kvcache");
-    if (kv->struct_size != sizeof *kv)
-        return fa__error(FA_ERR_STRUCT_SIZE, "kv.struct_size is %u; expected %zu (call "
-                         "fa_kvcache_init first)", kv->struct_size, sizeof *kv);
     if (kv->num_splits < 0 || kv->num_splits > FA_MAX_SPLITS)
         return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
                          kv->num_splits, FA_MAX_SPLITS);
     if ((st = check_tensors(c, q, kv, out))) return st;
     c->q = q;
     c->stream = fa__params_stream(params);
+    if (q->device == FA_DEVICE_CUDA && c->q8)
+        return fa__error(FA_ERR_UNSUPPORTED, "kv.k_cache: dtype %s; 8-bit KV caches are CPU only "
+                         "(on CUDA tensors the caches take q's dtype)",
+                         fa__dtype_name(kv->k_cache.dtype));
     if (q->device == FA_DEVICE_CUDA && c->Dv != c->D) /* the plug-in's decode reads D only */
         return fa__error(FA_ERR_UNSUPPORTED, "kv.v_cache: head dim Dv = %lld differs from q's "
                          "D = %lld; the KV cache on CUDA tensors takes Dv = D only (fa_forward "
@@ -428,7 +519,7 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     /* Nothing to attend and nothing to append: done, without the O(B) reads of the lengths
      * and indices (B can be 2^60 when q has no element). */
     if ((*none = c->B == 0 || (c->Sq == 0 && c->S_new == 0))) return FA_OK;
-    if ((st = check_indices(c, kv))) return st;
+    if ((st = check_indices(c, kv)) || (st = check_scales(c, kv))) return st;
     const int shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
     if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
         (st = fa__resolve_alibi(params, p, span(c, 0))))
@@ -463,6 +554,10 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     p->k = cache_view(&kv->k_cache, c, kv);
     p->v = cache_view(&kv->v_cache, c, kv);
     p->k.row_off = p->v.row_off = c->leftpad; /* attention starts at each row's leftpad */
+    if (c->q8) {
+        p->k.scale = &c->scale_fwd[0];
+        p->v.scale = &c->scale_fwd[1];
+    }
     return FA_OK;
 }
 
@@ -509,14 +604,19 @@ static fa_status run_cuda(const kvcall *c, const fa__problem *p, const fa_kvcach
 }
 
 fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_tensor *q,
-                             const fa_kvcache *kv, const fa_tensor *out, const fa_tensor *lse) {
+                             const fa_kvcache *kv_given, const fa_tensor *out,
+                             const fa_tensor *lse) {
     fa__clear_error();
     kvcall c = {.n_in = 0};
     fa__problem p = {0};
     fa__rotary ro;
     float *q_rot = NULL; /* rotated q, fp32 */
     int none = 0;
-    fa_status st = prepare(&c, params, q, kv, out, lse, &p, &ro, &none);
+    fa_kvcache full;
+    const fa_kvcache *kv = &full;
+    fa_status st = read_kvcache(kv_given, &full);
+    if (st != FA_OK) return st;
+    st = prepare(&c, params, q, kv, out, lse, &p, &ro, &none);
     if (st != FA_OK || none || c.api) {
         if (st == FA_OK && !none) st = run_cuda(&c, &p, kv, &ro);
         free(c.ints);
@@ -531,13 +631,17 @@ fa_status fa_forward_kvcache(fa_context *ctx, const fa_params *params, const fa_
     }
     if (st == FA_OK) st = fa__call_begin(&ctx, params);
     if (st == FA_OK) {
-        const fa__kvappend a = {
+        fa__kvappend a = {
             .k_new = new_view(&kv->k_new),
             .v_new = new_view(&kv->v_new),
             .k_cache = cache_view(&kv->k_cache, &c, kv),
             .v_cache = cache_view(&kv->v_cache, &c, kv),
             .seqlens = c.seqlens, .B = c.B, .S_new = c.S_new, .Hk = c.Hk, .D = c.D, .Dv = c.Dv,
-            .rotary = ro};
+            .rotary = ro, .scale_token = {c.scale_token[0], c.scale_token[1]}};
+        if (c.q8) {
+            a.k_cache.scale = &c.scale_app[0];
+            a.v_cache.scale = &c.scale_app[1];
+        }
         const fa__view q_given = p.q;
         const kvwrites w = {.append = c.append ? &a : NULL, .q = &q_given, .q_rot = q_rot,
                             .ro = &ro, .c = &c,

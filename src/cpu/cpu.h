@@ -52,12 +52,15 @@ fa_status fa__cpu_backward(fa_context *ctx, const fa__problem *p);
 
 /* The append of fa_forward_kvcache: k_new (B, S_new, Hk, D) and v_new (B, S_new, Hk, Dv)
  * written into the caches at absolute positions seqlens[b] + i (the cache views carry page table
- * and batch index, no leftpad), k_new rotated first when rotary.cos is set. */
+ * and batch index, no leftpad), k_new rotated first when rotary.cos is set. 8-bit caches (their
+ * views have a scale) are quantized into, with a scale per token written alongside (scale_token
+ * for k, v) or the given scale per (batch, KV head). */
 typedef struct fa__kvappend {
     fa__view k_new, v_new, k_cache, v_cache;
     const int32_t *seqlens;
     int64_t B, S_new, Hk, D, Dv;
     fa__rotary rotary;
+    int scale_token[2];
 } fa__kvappend;
 
 void fa__cpu_kvcache_append(const fa__kvappend *a);

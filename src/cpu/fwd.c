@@ -29,6 +29,10 @@
  * the thread's head pack, where each key of a (batch, KV head) is packed once per thread for all
  * of that head's query blocks (fwd_plan.hp), or, for heads too long for it, packed per block.
  *
+ * 8-bit KV caches (a scale per row, fa__view.scale): the packs hold scale times stored value
+ * (fa__kv_block); decode's products read the stored values and the scales multiply the columns
+ * of S and of P (scale_columns).
+ *
  * Tasks never share outputs and neither the blocking nor the chunks depend on the thread count,
  * so results are bitwise identical for any number of threads.
  */
@@ -106,13 +110,13 @@ static int64_t block_positions(int64_t g) {
 }
 
 /* How many rows decode's products take before the prefill's packed ones do better (on Zen 4,
- * bench/results/2026-12-04-decode-few-tokens.md): fp16 rows, which the prefill widens to fp32
- * packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot product up to
+ * bench/results/2026-12-04-decode-few-tokens.md): fp16 rows (and 8-bit ones), which the prefill
+ * widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot product up to
  * 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads per KV head); fp32
  * rows, which serve the prefill's packs as they are, as the kernel set says (decode_rows_f32). */
 static int64_t decode_rows(const fa__problem *p, const fa__cpu_kernels *kern) {
-    const int widened =
-        p->k.dtype == FA_DTYPE_F16 || (p->k.dtype == FA_DTYPE_BF16 && kern->qk_bf16 == NULL);
+    const int widened = p->k.dtype == FA_DTYPE_F16 || p->k.scale != NULL ||
+                        (p->k.dtype == FA_DTYPE_BF16 && kern->qk_bf16 == NULL);
     return widened                      ? FA_DECODE_ROWS
            : p->k.dtype == FA_DTYPE_F32 ? kern->decode_rows_f32
                                         : FA_DECODE_ROWS_PACKED;
@@ -244,7 +248,7 @@ static void pv_exact(const fwd_plan *pl, fwd_rows *t, int64_t hk, const float *S
     float *v = t->tmp; // v: [n, Dv]
     for (int64_t j = 0; j < n; j++)
         fa__load_f32(v + j * Dv, 1, fa__elem(&p->v, b, rk + j0 + j, hk), p->v.dtype, Dv, p->v.sd,
-                     1.0f);
+                     fa__row_scale(&p->v, b, rk + j0 + j, hk));
     for (int64_t r = r0; r < r1; r++) {
         float acc[256]; /* Dv <= 256 */
         int64_t a, e;
@@ -370,6 +374,17 @@ static const float decode_ones[FA_DECODE_ROWS] = {FA_ONES8, FA_ONES8, FA_ONES8, 
                                                   FA_ONES8, FA_ONES8, FA_ONES8, FA_ONES8};
 #undef FA_ONES8
 
+/* An 8-bit cache's scales in decode, whose products see stored values: S[r, j] *= the scale of
+ * key j, rows r < R (stride FA_BC), keys j < n; sr[j] points at key j's scale of the block's
+ * first head, off floats before head hk's. On S = Q Kᵀ before the softmax, and on P after it
+ * (P·diag(s) V), except where P V is pv_exact's, which scales V itself. */
+static void scale_columns(float *S, int64_t R, int64_t n, const void *const *sr, int64_t off) {
+    float sc[FA_BC];
+    for (int64_t j = 0; j < n; j++) sc[j] = ((const float *)sr[j])[off];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < n; j++) S[r * FA_BC + j] *= sc[j];
+}
+
 /* Decode (few rows, K/V rows read in place): one block of keys for every head of the task, in
  * groups of heads whose scores fit in S. The products walk the keys in groups (the keys per call
  * above), every head of a group of keys before the next group, so the cache (BSHD: a token's
@@ -405,6 +420,12 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
     const void *krow[FA_BC], *vrow[FA_BC], *knext[FA_BC]; /* the rows of head t->hk0 */
     fa__row_ptrs(&p->k, b, rk + j0, n, h00, krow);
     fa__row_ptrs(&p->v, b, rk + j0, n, h00, vrow);
+    const fa__view *ksc = p->k.scale, *vsc = p->v.scale; /* 8-bit caches: their scales */
+    const void *kscale[FA_BC], *vscale[FA_BC];             /* of head t->hk0 */
+    if (ksc) {
+        fa__row_ptrs(ksc, b, rk + j0, n, h00, kscale);
+        fa__row_ptrs(vsc, b, rk + j0, n, h00, vscale);
+    }
     if (nn > 0) fa__row_ptrs(&p->k, b, rk + jn, nn, h00, knext);
 #define FA_KEYS(n, k) ((int)((n) < (k) ? (n) : (k)))
     for (int64_t h0 = h00; h0 < hend; h0 += hg) {
@@ -433,9 +454,11 @@ static void decode_block(const fwd_plan *pl, fwd_rows *t, int64_t j0, int64_t n,
         }
         uint8_t exact[FA_BR_MAX]; /* heads whose P V is pv_exact's (hg <= br heads) */
         for (int64_t hk = h0; hk < h1; hk++) {
-            softmax_block(pl, t, hk, t->S + (hk - h0) * R * FA_BC, t->alpha + (hk - h0) * R, j0, n,
-                          masked, 0, R);
+            float *sh = t->S + (hk - h0) * R * FA_BC; // S: [R, n]
+            if (ksc) scale_columns(sh, R, n, kscale, (hk - h00) * ksc->sh);
+            softmax_block(pl, t, hk, sh, t->alpha + (hk - h0) * R, j0, n, masked, 0, R);
             exact[hk - h0] = masked && v_nonfinite(pl, t, hk, NULL, 1, 0, j0, n);
+            if (vsc && !exact[hk - h0]) scale_columns(sh, R, n, vscale, (hk - h00) * vsc->sh);
         }
         const int64_t h2 = h1 + hg < hend ? h1 + hg : hend; /* the next head group's end */
         const int64_t hn = h00 + hg < hend ? h00 + hg : hend; /* the first head group's */
@@ -537,7 +560,7 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
     const fa__score_path path = score_path(p, kern, pl->decode_rows, pl->g, sq, nr);
     const int rows = path != FA_SCORES_PACKED, dbf = path == FA_SCORES_ROWS_BF16;
-    const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL;
+    const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL && !p->k.scale;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
@@ -777,7 +800,7 @@ static void head_packs(fwd_plan *pl, int nthreads) {
     for (int64_t b = 0; b < p->B; b++) sk = fa__seqlen_k(p, b) > sk ? fa__seqlen_k(p, b) : sk;
     pl->hp = NULL, pl->hp_head = NULL;
     /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
-    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL;
+    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL && !p->k.scale;
     if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= pl->decode_rows))
         return;
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;

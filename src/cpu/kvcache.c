@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvcache.c — the CPU side of fa_forward_kvcache before attention: rotary embedding, and the
- * in-place append of new keys and values to the cache. Attention itself is fa__cpu_forward
- * over the cache's view.
+ * in-place append of new keys and values to the cache (quantized into 8-bit caches). Attention
+ * itself is fa__cpu_forward over the cache's view.
  */
 #include "cpu.h"
 #include "tile.h"
+
+#include "../convert.h"
+
+#include <math.h>
 
 /* Rotates x[0..rd) in place at table row `pos`: pairs (2t, 2t+1) when interleaved, else
  * (t, t + rd/2), each by the angle whose cosine and sine are cos[pos, t], sin[pos, t]. */
@@ -24,6 +28,38 @@ static void rotate(const fa__rotary *ro, int64_t pos, float *x, float *cs) {
     }
 }
 
+/* The largest stored magnitude of an 8-bit dtype: 127, 448 (e4m3), 57344 (e5m2). */
+static float q8_max(int32_t dtype) {
+    return dtype == FA_DTYPE_I8 ? 127.0f : dtype == FA_DTYPE_F8_E4M3 ? 448.0f : 57344.0f;
+}
+
+/* x[0..n) into row (b, pos, h) of the 8-bit cache c (include/flashattn.h, fa_kvcache.k_scale):
+ * with a scale per token, s = max|x| / Q is computed and written (0 for a zero row, NaN for a row
+ * with a NaN or an infinity, which then stores zeros); else s is the (b, h) scale. Stored: x / s,
+ * rounded to nearest even, saturating. */
+static void store_q8(const fa__view *c, int token, int64_t b, int64_t pos, int64_t h,
+                     const float *x, int64_t n) {
+    float *sp = (float *)c->scale->data + fa__view_at(c->scale, b, token ? pos : 0, h);
+    float s = *sp;
+    if (token) {
+        float mx = 0.0f;
+        int finite = 1;
+        for (int64_t t = 0; t < n; t++) {
+            finite &= isfinite(x[t]) != 0;
+            mx = fmaxf(mx, fabsf(x[t]));
+        }
+        s = *sp = finite ? mx / q8_max(c->dtype) : NAN;
+    }
+    const int zero = !(s > 0.0f); /* a zero or non-finite row stores zeros */
+    uint8_t *dst = fa__elem(c, b, pos, h);
+    for (int64_t t = 0; t < n; t++) {
+        const float y = zero ? 0.0f : x[t] / s;
+        dst[t * c->sd] = c->dtype == FA_DTYPE_I8 ? (uint8_t)fa__f32_to_i8(y)
+                         : c->dtype == FA_DTYPE_F8_E4M3 ? fa__f32_to_e4m3(y)
+                                                        : fa__f32_to_e5m2(y);
+    }
+}
+
 void fa__cpu_kvcache_append(const fa__kvappend *a) {
     const fa__cpu_kernels *kern = fa__cpu_kernels_get();
     const int64_t D = a->D;
@@ -35,12 +71,18 @@ void fa__cpu_kvcache_append(const fa__kvappend *a) {
                 fa__load_f32(row, 1, fa__elem(&a->k_new, b, i, h), a->k_new.dtype, D,
                              a->k_new.sd, 1.0f);
                 if (a->rotary.cos) rotate(&a->rotary, pos, row, row + 256);
-                fa__store_f32(kern, fa__elem(&a->k_cache, b, pos, h), a->k_cache.dtype, row, D,
-                              a->k_cache.sd, 1.0f);
+                if (a->k_cache.scale)
+                    store_q8(&a->k_cache, a->scale_token[0], b, pos, h, row, D);
+                else
+                    fa__store_f32(kern, fa__elem(&a->k_cache, b, pos, h), a->k_cache.dtype, row,
+                                  D, a->k_cache.sd, 1.0f);
                 fa__load_f32(row, 1, fa__elem(&a->v_new, b, i, h), a->v_new.dtype, a->Dv,
                              a->v_new.sd, 1.0f);
-                fa__store_f32(kern, fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row,
-                              a->Dv, a->v_cache.sd, 1.0f);
+                if (a->v_cache.scale)
+                    store_q8(&a->v_cache, a->scale_token[1], b, pos, h, row, a->Dv);
+                else
+                    fa__store_f32(kern, fa__elem(&a->v_cache, b, pos, h), a->v_cache.dtype, row,
+                                  a->Dv, a->v_cache.sd, 1.0f);
             }
         }
 }
