@@ -568,12 +568,12 @@ static void group_sinks(void) {
     const long cases0 = g_cases, failed0 = g_failed;
     /* GQA, causal, the tensor-core kernels (fp16, bf16) and stage 1 (fp32) */
     for (int t = 0; t < 3; t++)
-        sink_check((sink_case){k_dtypes[t], 0, 1, -1, -1, 2, 37, 50, 6, 2, 64});
+        sink_check((sink_case){k_dtypes[t], 0, 1, -1, -1, 2, 37, 50, 6, 2, 64, 0, 0.0f});
     /* sq > sk and a window: rows without a visible key; D = 40 */
-    sink_check((sink_case){FA_DTYPE_F16, 0, 0, 2, 0, 2, 30, 12, 3, 1, 40});
-    sink_check((sink_case){FA_DTYPE_F32, 0, 0, 2, 0, 1, 30, 12, 3, 3, 40});
+    sink_check((sink_case){FA_DTYPE_F16, 0, 0, 2, 0, 2, 30, 12, 3, 1, 40, 0, 0.0f});
+    sink_check((sink_case){FA_DTYPE_F32, 0, 0, 2, 0, 1, 30, 12, 3, 3, 40, 0, 0.0f});
     /* varlen (sequences of Sq queries and keys), causal */
-    sink_check((sink_case){FA_DTYPE_BF16, 1, 1, -1, -1, 3, 21, 21, 4, 2, 64});
+    sink_check((sink_case){FA_DTYPE_BF16, 1, 1, -1, -1, 3, 21, 21, 4, 2, 64, 0, 0.0f});
     group_line("sinks", cases0, failed0);
 }
 
