@@ -103,8 +103,8 @@ static fa_status check_tensors(kvcall *c, const fa_tensor *q, const fa_kvcache *
                              cnames[t]);
         if ((st = fa__check_view(caches[t], cnames[t], 4, cd, c->append, span(c, c->append))))
             return st;
-        const int32_t cdt = caches[t]->dtype;
-        if (cdt != q->dtype && !(fa__dtype_8bit(cdt) && cdt == kv->k_cache.dtype))
+        const int32_t cdt = caches[t]->dtype, k8 = fa__dtype_8bit(kv->k_cache.dtype);
+        if (t ? cdt != (k8 ? kv->k_cache.dtype : q->dtype) : cdt != q->dtype && !k8)
             return fa__error(FA_ERR_DTYPE, "%s: dtype is %s but q is %s; expected q's dtype, or "
                              "both caches i8, f8_e4m3 or f8_e5m2 (with k_scale and v_scale)",
                              cnames[t], fa__dtype_name(cdt), fa__dtype_name(q->dtype));
