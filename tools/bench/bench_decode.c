@@ -33,6 +33,13 @@
  * beside decode's fastest row whose cache fits in the last-level cache, its rate with the bytes
  * coming from cache: where 80% of a row's probe is above that, the target asks decode to read
  * memory faster than it read the cache on the same cores.
+ *
+ * 8-bit caches (--dtypes i8, e4m3, e5m2; kv8.h): bf16 q and out, the bf16 row's values quantized
+ * by the library's append with a scale per token and KV head, stored after each cache's data in
+ * its buffer, so the bytes counted and probed are K and V and their scales. Each row's tokens/s
+ * is set against the bf16 row of the same B and L, and after the grid, per 8-bit dtype, the rows
+ * of 16k tokens or more at 1.7 times bf16's tokens/s (the quantized-cache issue's target).
+ * --accuracy prints the formats' error table instead of the grid (decode_accuracy.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
@@ -54,22 +61,26 @@
 
 #include "../cli/cli.h"
 #include "flashattn.h"
+#include "kv8.h"
 
-enum { BD_H = 32, BD_HK = 8, BD_D = 128, BD_MAX_LIST = 32 };
+enum { BD_H = 32, BD_HK = 8, BD_D = 128, BD_MAX_LIST = 32, BD_MAX_DTYPES = 8 };
 
 #define BD_ALIGN ((size_t)2 << 20) /* 2 MiB: huge-page aligned */
 
 typedef struct bd_options {
     long lens[BD_MAX_LIST], batches[BD_MAX_LIST];
     int nlens, nbatches;
-    fa_dtype dtypes[4];
+    fa_dtype dtypes[BD_MAX_DTYPES];
     int ndtypes;
     long runs, threads, probe_mib, probe_passes;
-    int bhsd; /* caches laid out (B, Hk, L, D) in memory: each head's keys contiguous */
-    long page;        /* > 0: paged caches of pages of this many tokens (--page-size) */
-    int page_inorder; /* pages handed out in order, not shuffled (--page-order in-order) */
-    int page_order;   /* --page-order given */
-    long queries;     /* query tokens per sequence (--queries; default 1) */
+    int bhsd;             /* caches laid out (B, Hk, L, D) in memory: each head's keys contiguous */
+    long page;            /* > 0: paged caches of pages of this many tokens (--page-size) */
+    int page_inorder;     /* pages handed out in order, not shuffled (--page-order in-order) */
+    int page_order;       /* --page-order given */
+    long queries;         /* query tokens per sequence (--queries; default 1) */
+    int accuracy;         /* --accuracy: the accuracy table instead of the timing grid */
+    int lens_given;       /* --lens given (--accuracy has its own default) */
+    const char *grid_opt; /* the first option given that only the timing grid takes */
 } bd_options;
 
 /* ---- small helpers ----------------------------------------------------------------------------
@@ -424,9 +435,9 @@ static void bd_measure_probe(unsigned char *buf, size_t bytes, int threads, int 
  */
 
 typedef struct bd_row {
-    fa_dtype dtype;
+    fa_dtype dtype; /* the caches'; q and out are bf16 with 8-bit caches */
     long B, L;
-    double cache_bytes;
+    double cache_bytes; /* K and V, with their scales where 8-bit */
     int skipped;
     char why[160];
     double ms, ms_min, ms_max, gbs, probe, pct, err;
@@ -434,8 +445,9 @@ typedef struct bd_row {
     int wins[BD_READERS]; /* rounds in which each reader was the fastest */
 } bd_row;
 
-/* Where the cache holds batch 0's key j of KV head hk: the element offset of its row. bt0:
- * batch 0's row of the block table where paged (page > 0). */
+/* Where the cache holds batch 0's key j of KV head hk: the element offset of its row (its row
+ * of D values; an 8-bit cache's scales are in the same row order). bt0: batch 0's row of the
+ * block table where paged (page > 0). */
 typedef struct bd_layout {
     int bhsd;
     long page;
@@ -449,9 +461,17 @@ static size_t bd_row_at(const bd_layout *y, long L, long j, int hk) {
                    : ((size_t)j * BD_HK + (size_t)hk) * BD_D;
 }
 
+/* One cache as the check reads it: data of dtype t and, 8-bit, one fp32 scale per row. */
+typedef struct bd_kv {
+    const void *data;
+    fa_dtype t;
+    const float *scale;
+} bd_kv;
+
 /* Batch 0, heads 0 and H-1 of its first and last query tokens (of sq) against fp64 over the
- * whole cache: max |out - ref|. */
-static double bd_check(const void *q, const void *kc, const void *vc, const void *out, fa_dtype t,
+ * whole cache (8-bit: dequantized, as the library reads it): max |out - ref|. q and out are of
+ * dtype t. */
+static double bd_check(const void *q, const bd_kv *kc, const bd_kv *vc, const void *out, fa_dtype t,
                        long L, long sq, const bd_layout *y) {
     const int heads[2] = {0, BD_H - 1};
     const int g = BD_H / BD_HK;
@@ -468,7 +488,8 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
             double dot = 0.0;
             const size_t kb = bd_row_at(y, L, j, hk);
             for (int d = 0; d < BD_D; d++)
-                dot += cli_load(q, t, row + (size_t)d) * cli_load(kc, t, kb + (size_t)d);
+                dot += cli_load(q, t, row + (size_t)d) *
+                       bd_kv_load(kc->data, kc->t, kc->scale, kb + (size_t)d, BD_D);
             s[j] = dot * scale;
             if (s[j] > m)
                 m = s[j];
@@ -480,7 +501,7 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
             const size_t vb = bd_row_at(y, L, j, hk);
             l += p;
             for (int d = 0; d < BD_D; d++)
-                acc[d] += p * cli_load(vc, t, vb + (size_t)d);
+                acc[d] += p * bd_kv_load(vc->data, vc->t, vc->scale, vb + (size_t)d, BD_D);
         }
         for (int d = 0; d < BD_D; d++) {
             const double e = fabs(cli_load(out, t, row + (size_t)d) - acc[d] / l);
@@ -492,15 +513,60 @@ static double bd_check(const void *q, const void *kc, const void *vc, const void
     return err;
 }
 
+/* Fills an 8-bit row's caches through the library's append (fa_forward_kvcache with k_new and
+ * v_new, chunk by chunk into the empty cache), which quantizes them and writes their per-token
+ * scales: the values are the bf16 row's, its random blocks rndk and rndv (bf16) repeated as
+ * bd_fill repeats them on one thread, in (B, L, Hk, D) order. kv: the caches as the timed calls
+ * see them; tq and to: their q and out, here with no query token (Sq = 0: append only). */
+static void bd_append_q8(const bd_row *r, fa_context *ctx, const fa_kvcache *kv,
+                         const unsigned char *rndk, const unsigned char *rndv, size_t block,
+                         const fa_tensor *tq, const fa_tensor *to) {
+    const size_t tok = (size_t)BD_HK * BD_D * 2;        /* one token's bf16 keys, all KV heads */
+    const long C = 32768 / r->B > 0 ? 32768 / r->B : 1; /* tokens per chunk: <= 64 MiB */
+    const size_t chunk = (size_t)r->B * (size_t)C * tok;
+    unsigned char *kn = cli_xmalloc(chunk, "k_new"), *vn = cli_xmalloc(chunk, "v_new");
+    int32_t *seq = cli_xmalloc(sizeof(int32_t) * (size_t)r->B, "cache_seqlens");
+    const int64_t ss[1] = {r->B};
+    fa_kvcache ap = *kv;
+    ap.cache_seqlens = fa_tensor_contiguous(seq, FA_DTYPE_I32, 1, ss);
+    fa_tensor q0 = *tq, o0 = *to;
+    q0.shape[1] = o0.shape[1] = 0;
+    for (long c0 = 0; c0 < r->L; c0 += C) {
+        const long n = r->L - c0 < C ? r->L - c0 : C;
+        for (long b = 0; b < r->B; b++) {
+            seq[b] = (int32_t)c0;
+            for (long j = 0; j < n; j++) { /* o: the row's bytes in a (B, L, Hk, D) bf16 cache */
+                const size_t o = ((size_t)b * (size_t)r->L + (size_t)(c0 + j)) * tok;
+                const size_t at = o % block + o / block % 7 * 64, to_at = ((size_t)b * n + j) * tok;
+                memcpy(kn + to_at, rndk + at, tok);
+                memcpy(vn + to_at, rndv + at, tok);
+            }
+        }
+        const int64_t ns[4] = {r->B, n, BD_HK, BD_D};
+        ap.k_new = fa_tensor_contiguous(kn, FA_DTYPE_BF16, 4, ns);
+        ap.v_new = fa_tensor_contiguous(vn, FA_DTYPE_BF16, 4, ns);
+        CLI_CHECK("fa_forward_kvcache (append)",
+                  fa_forward_kvcache(ctx, NULL, &q0, &ap, &o0, NULL));
+    }
+    free(kn);
+    free(vn);
+    free(seq);
+}
+
 static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double llc, bd_row *r) {
-    const size_t es = cli_dtype_size(r->dtype);
+    const int q8 = bd_dtype_8bit(r->dtype);
+    const fa_dtype qt = q8 ? FA_DTYPE_BF16 : r->dtype; /* q and out */
+    const size_t es = bd_dtype_size(r->dtype), qes = cli_dtype_size(qt);
+    const size_t row_bytes = BD_D * es + (q8 ? sizeof(float) : 0); /* a token's head: + scale */
     /* paged: a pool of B * ceil(L / page) pages, batch b's pages spread over it by the block
      * table (a random permutation of the pool unless --page-order in-order) */
     const long per_seq = o->page > 0 ? (r->L + o->page - 1) / o->page : 0;
     const size_t pool_tokens = o->page > 0 ? (size_t)r->B * (size_t)per_seq * (size_t)o->page
                                            : (size_t)r->B * (size_t)r->L;
-    const size_t per_cache = pool_tokens * BD_HK * BD_D * es;
-    r->cache_bytes = 2.0 * (double)r->B * (double)r->L * BD_HK * BD_D * (double)es;
+    /* each cache's buffer: its data, then (8-bit) its scales, so the probe reads both */
+    const size_t data_bytes = pool_tokens * BD_HK * BD_D * es;
+    const size_t per_cache = pool_tokens * BD_HK * row_bytes;
+    r->cache_bytes = 2.0 * (double)r->B * (double)r->L * BD_HK * (double)row_bytes;
     r->in_llc = llc > 0 && r->cache_bytes <= llc;
     const double avail = bd_avail_gib();
     const double need_gib = 2.0 * (double)per_cache / (1024.0 * 1024.0 * 1024.0); /* the pools */
@@ -512,7 +578,7 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     }
     unsigned char *kc = bd_alloc(per_cache), *vc = bd_alloc(per_cache);
     const size_t nq = (size_t)r->B * (size_t)o->queries * BD_H * BD_D;
-    void *q = cli_xmalloc(nq * es, "q"), *out = cli_xmalloc(nq * es, "out");
+    void *q = cli_xmalloc(nq * qes, "q"), *out = cli_xmalloc(nq * qes, "out");
     float *lse = cli_xmalloc(sizeof(float) * (size_t)r->B * BD_H * (size_t)o->queries, "lse");
     int32_t *bt = o->page > 0
                       ? cli_xmalloc(sizeof(int32_t) * (size_t)r->B * (size_t)per_seq, "block table")
@@ -529,19 +595,23 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
         return;
     }
     /* random values in [-1, 1): a 1 MiB block (+ 7·64 B so slices start at different offsets),
-     * repeated by the threads that first-touch their slices */
+     * repeated by the threads that first-touch their slices. 8-bit caches: the same bf16 blocks,
+     * quantized by the append after zeros first-touch the buffers. */
     const size_t block = (size_t)1 << 20;
-    unsigned char *rnd = cli_xmalloc(block + 7 * 64, "random block");
+    unsigned char *rndk = cli_xmalloc(block + 7 * 64, "random block");
+    unsigned char *rndv = cli_xmalloc(block + 7 * 64, "random block");
     cli_rng rng = {0x5eed0000u + (uint64_t)r->L * 131u + (uint64_t)r->B};
-    for (size_t i = 0; i < (block + 7 * 64) / es; i++)
-        cli_store(rnd, r->dtype, i, cli_rng_uniform(&rng));
-    bd_fill(kc, per_cache, rnd, block, threads);
-    for (size_t i = 0; i < (block + 7 * 64) / es; i++)
-        cli_store(rnd, r->dtype, i, cli_rng_uniform(&rng));
-    bd_fill(vc, per_cache, rnd, block, threads);
-    free(rnd);
+    for (size_t i = 0; i < (block + 7 * 64) / qes; i++)
+        cli_store(rndk, qt, i, cli_rng_uniform(&rng));
+    for (size_t i = 0; i < (block + 7 * 64) / qes; i++)
+        cli_store(rndv, qt, i, cli_rng_uniform(&rng));
+    unsigned char *zero =
+        q8 ? memset(cli_xmalloc(block + 7 * 64, "zeros"), 0, block + 7 * 64) : NULL;
+    bd_fill(kc, per_cache, q8 ? zero : rndk, block, threads);
+    bd_fill(vc, per_cache, q8 ? zero : rndv, block, threads);
+    free(zero);
     for (size_t i = 0; i < nq; i++)
-        cli_store(q, r->dtype, i, 2.0f * cli_rng_uniform(&rng));
+        cli_store(q, qt, i, 2.0f * cli_rng_uniform(&rng));
     const size_t npages = (size_t)r->B * (size_t)per_seq;
     for (size_t i = 0; i < npages; i++)
         bt[i] = (int32_t)i;
@@ -553,34 +623,44 @@ static void bd_run_row(const bd_options *o, fa_context *ctx, int threads, double
     }
 
     const int64_t qs[4] = {r->B, o->queries, BD_H, BD_D}, ls[3] = {r->B, BD_H, o->queries};
-    const int64_t cs[4] = {o->page > 0 ? (int64_t)npages : r->B, o->page > 0 ? o->page : r->L,
-                           BD_HK, BD_D};
-    const int64_t bts[2] = {r->B, per_seq};
-    fa_tensor tq = fa_tensor_contiguous(q, r->dtype, 4, qs);
-    fa_tensor to = fa_tensor_contiguous(out, r->dtype, 4, qs);
+    const int64_t rows = o->page > 0 ? (int64_t)npages : r->B, slots = o->page > 0 ? o->page : r->L;
+    const int64_t cs[4] = {rows, slots, BD_HK, BD_D}, bts[2] = {r->B, per_seq};
+    fa_tensor tq = fa_tensor_contiguous(q, qt, 4, qs);
+    fa_tensor to = fa_tensor_contiguous(out, qt, 4, qs);
     fa_tensor tl = fa_tensor_contiguous(lse, FA_DTYPE_F32, 3, ls);
     fa_kvcache kv;
     fa_kvcache_init(&kv);
     kv.k_cache = fa_tensor_contiguous(kc, r->dtype, 4, cs);
     kv.v_cache = fa_tensor_contiguous(vc, r->dtype, 4, cs);
-    if (o->bhsd) /* same logical (B, L, Hk, D) view of head-major memory */
-        for (int t = 0; t < 2; t++) {
-            fa_tensor *c = t ? &kv.v_cache : &kv.k_cache;
-            c->stride[3] = 1;
-            c->stride[1] = BD_D;
-            c->stride[2] = (int64_t)r->L * BD_D;
-            c->stride[0] = (int64_t)BD_HK * r->L * BD_D;
+    if (q8) { /* scales (rows, slots, Hk), a token's in its data's row order */
+        kv.k_scale = fa_tensor_contiguous(kc + data_bytes, FA_DTYPE_F32, 3, cs);
+        kv.v_scale = fa_tensor_contiguous(vc + data_bytes, FA_DTYPE_F32, 3, cs);
+    }
+    if (o->bhsd) { /* same logical (B, L, Hk, D) view of head-major memory; scales (B, Hk, L) */
+        fa_tensor *views[4] = {&kv.k_cache, &kv.v_cache, &kv.k_scale, &kv.v_scale};
+        for (int t = 0; t < (q8 ? 4 : 2); t++) {
+            const int64_t d = t < 2 ? BD_D : 1; /* elements per token and head */
+            views[t]->stride[1] = d;
+            views[t]->stride[2] = (int64_t)r->L * d;
+            views[t]->stride[0] = (int64_t)BD_HK * r->L * d;
         }
+    }
     kv.cache_seqlen = -1; /* the whole cache */
     if (o->page > 0) {
         kv.block_table = fa_tensor_contiguous(bt, FA_DTYPE_I32, 2, bts);
         kv.cache_seqlen = r->L; /* the last page may be partly used */
     }
+    if (q8)
+        bd_append_q8(r, ctx, &kv, rndk, rndv, block, &tq, &to);
+    free(rndk);
+    free(rndv);
 
-    cli_poison(out, r->dtype, nq);
+    cli_poison(out, qt, nq);
     CLI_CHECK("fa_forward_kvcache", fa_forward_kvcache(ctx, NULL, &tq, &kv, &to, &tl));
     const bd_layout y = {o->bhsd, o->page, bt};
-    r->err = bd_check(q, kc, vc, out, r->dtype, r->L, o->queries, &y);
+    const bd_kv kck = {kc, r->dtype, q8 ? (const float *)(kc + data_bytes) : NULL};
+    const bd_kv vck = {vc, r->dtype, q8 ? (const float *)(vc + data_bytes) : NULL};
+    r->err = bd_check(q, &kck, &vck, out, qt, r->L, o->queries, &y);
 
     /* Probe passes and decode calls alternate, so each round's ratio compares the two in the
      * same moment: this project's VMs change their memory read rate from minute to minute. */
@@ -667,8 +747,74 @@ static void bd_summary(const bd_options *o, const bd_row *rows, int n) {
                      bd_r1(rows[i].probe) * (BD_TARGET_PCT / 100.0) > bd_r1(fast->gbs);
             snprintf(above, sizeof above, "%d", k);
         }
-        printf("%-5s %6d %6d %15s | %26s %6s\n", cli_dtype_name(o->dtypes[di]), big, met, range,
-               llc, above);
+        printf("%-5s %6d %6d %15s | %26s %6s\n", bd_dtype_name(o->dtypes[di]), big, met, range, llc,
+               above);
+    }
+}
+
+/* 8-bit caches against bf16, the decode issue's other target: int8 at BD_TARGET_X times the
+ * tokens/s of the bf16 cache or more, on rows of BD_TARGET_L tokens or more. A row's ratio is
+ * its tokens/s over the bf16 row's of the same B and L in this run (that row's median time over
+ * its own), compared as printed (to 0.01). */
+#define BD_TARGET_X 1.7
+
+/* The measured bf16 row of r's B and L among rows[0..n), or NULL. */
+static const bd_row *bd_bf16_of(const bd_row *rows, int n, const bd_row *r) {
+    for (int i = 0; i < n; i++)
+        if (rows[i].dtype == FA_DTYPE_BF16 && !rows[i].skipped && rows[i].B == r->B &&
+            rows[i].L == r->L)
+            return &rows[i];
+    return NULL;
+}
+
+static double bd_r2(double x) { return round(x * 100.0) / 100.0; }
+
+static void bd_summary_q8(const bd_options *o, const bd_row *rows, int n) {
+    int q8 = 0, bf16 = 0;
+    for (int di = 0; di < o->ndtypes; di++) {
+        q8 |= bd_dtype_8bit(o->dtypes[di]);
+        bf16 |= o->dtypes[di] == FA_DTYPE_BF16;
+    }
+    if (!q8)
+        return;
+    if (!bf16) {
+        printf("\nagainst bf16: no bf16 rows in this run (add bf16 to --dtypes)\n");
+        return;
+    }
+    printf("\nagainst bf16: each 8-bit row's tokens/s over the bf16 row's of the same B and L "
+           "(x bf16); target: %.2fx or more at %d tokens or more (int8); all: every L\n",
+           BD_TARGET_X, BD_TARGET_L);
+    char at[16];
+    snprintf(at, sizeof at, ">=%.2fx", BD_TARGET_X);
+    printf("%-5s %6s %7s %15s | %6s %15s\n", "dtype", "rows", at, "x bf16 range", "all",
+           "x bf16 range");
+    for (int di = 0; di < o->ndtypes; di++) {
+        if (!bd_dtype_8bit(o->dtypes[di]))
+            continue;
+        int big = 0, met = 0, all = 0;
+        double lo = 1e300, hi = 0.0, alo = 1e300, ahi = 0.0;
+        for (int i = 0; i < n; i++) {
+            const bd_row *r = &rows[i], *b = bd_bf16_of(rows, n, r);
+            if (r->dtype != o->dtypes[di] || r->skipped || !b)
+                continue;
+            const double x = bd_r2(b->ms / r->ms);
+            all++;
+            alo = x < alo ? x : alo;
+            ahi = x > ahi ? x : ahi;
+            if (r->L < BD_TARGET_L)
+                continue;
+            big++;
+            met += x >= BD_TARGET_X;
+            lo = x < lo ? x : lo;
+            hi = x > hi ? x : hi;
+        }
+        char range[32] = "-", arange[32] = "-";
+        if (big)
+            snprintf(range, sizeof range, "%.2f-%.2fx", lo, hi);
+        if (all)
+            snprintf(arange, sizeof arange, "%.2f-%.2fx", alo, ahi);
+        printf("%-5s %6d %7d %15s | %6d %15s\n", bd_dtype_name(o->dtypes[di]), big, met, range, all,
+               arange);
     }
 }
 
@@ -682,8 +828,9 @@ static void bd_usage(FILE *f) {
             "Decode-step attention (one query token per sequence, or --queries N) against a KV\n"
             "cache through fa_forward_kvcache: H=32, Hk=8, D=128, whole cache attended, BSHD\n"
             "caches.\n"
-            "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V) and its\n"
-            "share of the read bandwidth of the same K and V buffers, by a multi-threaded read\n"
+            "Per row: median time, cache-read GB/s (2*B*L*Hk*D*esize bytes of K and V; 8-bit\n"
+            "caches: 2*B*L*Hk*(D + 4), their fp32 scales too) and its share of the read\n"
+            "bandwidth of the same K and V buffers (with the scales), by a multi-threaded read\n"
             "probe (sums over each buffer, each thread its own slice) that reads K and V before\n"
             "every timed call with three readers (a plain sum; sums asking 8 KiB ahead into\n"
             "every cache level, or to L2) and keeps the fastest: %%probe is the median over\n"
@@ -692,11 +839,17 @@ static void bd_usage(FILE *f) {
             "reference. Last, per dtype: how many rows of 16384 tokens or more read 80%% of their\n"
             "probe, decode's fastest row whose cache fits in the last-level cache (a rate read\n"
             "from cache, not memory), and how many 16k+ rows ask 80%% of a probe above it.\n"
+            "Tokens/s: B*Sq over the median time; x bf16: an 8-bit row's tokens/s over the bf16\n"
+            "row's of the same B and L, where that row ran before it; after the grid, per 8-bit\n"
+            "dtype, how many rows of 16384 tokens or more reach 1.70x bf16.\n"
             "\n"
             "options:\n"
             "  --lens LIST      cache lengths (default 1024,4096,16384,65536,131072)\n"
             "  --batches LIST   batch sizes (default 1,2,4,8)\n"
-            "  --dtypes LIST    cache dtypes: f32, f16, bf16 (default f32,f16)\n"
+            "  --dtypes LIST    cache dtypes: f32, f16, bf16, i8, e4m3, e5m2 (default f32,f16);\n"
+            "                   8-bit caches hold the bf16 row's values quantized by the\n"
+            "                   library's append, an fp32 scale per token and KV head, and take\n"
+            "                   bf16 q and out; their check is against the dequantized cache\n"
             "  --runs N         timed calls per row after one checked warm-up call (default 7)\n"
             "  --threads N      threads for the library and the probe (default: the library's\n"
             "                   default, FA_NUM_THREADS or the online CPUs)\n"
@@ -710,6 +863,11 @@ static void bd_usage(FILE *f) {
             "                   a random permutation, as a serving engine's become) or in-order\n"
             "  --queries N      query tokens per sequence, 1-64 (default 1), each attending to\n"
             "                   the whole cache: a step that checks N tokens at once\n"
+            "  --accuracy       instead of the timing grid: the output error of int8, e4m3 and\n"
+            "                   e5m2 caches (scales per token; e4m3 also per batch and KV head)\n"
+            "                   against the fp32 cache, in fp64, for normal and outlier-heavy\n"
+            "                   inputs, at each --lens (default 1024,16384); takes --lens,\n"
+            "                   --queries and --threads only\n"
             "  -h, --help       this text\n"
             "\n"
             "Rows whose K+V do not fit in MemAvailable (less 0.5 GiB) are skipped and listed.\n");
@@ -731,9 +889,12 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             bd_usage(stdout);
             exit(0);
+        } else if (!strcmp(argv[i], "--accuracy")) {
+            o->accuracy = 1;
         } else if (cli_opt_value(argc, argv, &i, "--lens", &v)) {
             if ((o->nlens = bd_parse_list(v, 1, 1L << 30, o->lens, BD_MAX_LIST)) < 0)
                 goto bad;
+            o->lens_given = 1;
         } else if (cli_opt_value(argc, argv, &i, "--batches", &v)) {
             if ((o->nbatches = bd_parse_list(v, 1, 4096, o->batches, BD_MAX_LIST)) < 0)
                 goto bad;
@@ -745,7 +906,8 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
             o->ndtypes = 0;
             for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
                  tok = strtok_r(NULL, ",", &save))
-                if (o->ndtypes == 4 || cli_parse_dtype(tok, &o->dtypes[o->ndtypes++]) != 0)
+                if (o->ndtypes == BD_MAX_DTYPES ||
+                    bd_parse_dtype(tok, &o->dtypes[o->ndtypes++]) != 0)
                     goto bad;
             if (o->ndtypes == 0)
                 goto bad;
@@ -781,6 +943,9 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
             bd_usage(stderr);
             return 2;
         }
+        if (strncmp(opt, "--lens", 6) && strncmp(opt, "--queries", 9) &&
+            strncmp(opt, "--threads", 9) && strcmp(opt, "--accuracy") && !o->grid_opt)
+            o->grid_opt = opt;
         continue;
     bad:
         fprintf(stderr, "flashattn bench-decode: bad value for %.*s%s%s\n\n",
@@ -788,6 +953,15 @@ static int bd_parse(int argc, char **argv, bd_options *o) {
         bd_usage(stderr);
         return 2;
     }
+    if (o->accuracy && o->grid_opt) {
+        fprintf(stderr,
+                "flashattn bench-decode: --accuracy takes --lens, --queries and --threads; "
+                "%.*s is for the timing grid\n",
+                (int)strcspn(o->grid_opt, "="), o->grid_opt);
+        return 2;
+    }
+    if (o->accuracy && !o->lens_given)
+        o->nlens = bd_parse_list("1024,16384", 1, 1L << 30, o->lens, BD_MAX_LIST);
     if (o->page_order && o->page == 0) {
         fprintf(stderr, "flashattn bench-decode: --page-order needs --page-size\n");
         return 2;
@@ -815,15 +989,20 @@ int cmd_bench_decode(int argc, char **argv) {
 
     /* header */
     char date[64], cpu[256], load0[128], load1[128], cmdline[1024];
+    int m = snprintf(cmdline, sizeof cmdline, "flashattn bench-decode");
+    for (int i = 1; i < argc && m < (int)sizeof cmdline - 2; i++)
+        m += snprintf(cmdline + m, sizeof cmdline - (size_t)m, " %s", argv[i]);
+    if (o.accuracy) {
+        rc = bd_accuracy(ctx, o.lens, o.nlens, o.queries, cmdline);
+        fa_context_destroy(ctx);
+        return rc;
+    }
     time_t now = time(NULL);
     struct tm tmv;
     gmtime_r(&now, &tmv);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S UTC", &tmv);
     bd_cpu_model(cpu, sizeof cpu);
     bd_first_line("/proc/loadavg", load0, sizeof load0);
-    int m = snprintf(cmdline, sizeof cmdline, "flashattn bench-decode");
-    for (int i = 1; i < argc && m < (int)sizeof cmdline - 2; i++)
-        m += snprintf(cmdline + m, sizeof cmdline - (size_t)m, " %s", argv[i]);
     struct utsname u;
     char uts[256] = "";
     if (uname(&u) == 0)
@@ -852,7 +1031,16 @@ int cmd_bench_decode(int argc, char **argv) {
     else
         printf("layout:    %s caches\n",
                o.bhsd ? "head-major (B, Hk, L, D) memory" : "BSHD contiguous (B, L, Hk, D)");
-    printf("bytes:     2*B*L*Hk*D*esize (K and V once; q, out, lse not counted)\n");
+    printf("bytes:     2*B*L*Hk*D*esize (K and V once; q, out, lse not counted); 8-bit caches: "
+           "2*B*L*Hk*(D + 4), K and V and their fp32 scales, one per token and KV head\n");
+    for (int di = 0; di < o.ndtypes; di++)
+        if (bd_dtype_8bit(o.dtypes[di])) {
+            printf(
+                "8-bit:     int8, e4m3, e5m2 caches hold the bf16 row's values, quantized by the "
+                "library's append (a scale per token and KV head, max|x| / 127, 448 or "
+                "57344); q and out bf16; checked against fp64 over the dequantized cache\n");
+            break;
+        }
     printf("time:      median (min-max) of %ld calls after one warm-up call checked against fp64\n",
            o.runs);
     fflush(stdout);
@@ -886,8 +1074,9 @@ int cmd_bench_decode(int argc, char **argv) {
            "reader's median: %s\n",
            o.probe_mib, p0.gbs, p0.gbs_min, p0.gbs_max,
            bd_readers_text(rtext, sizeof rtext, p0.reader_gbs, NULL));
-    printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s %7s | %8s %s\n", "dtype", "B", "L",
-           "K+V MiB", "median ms", "(min-max)", "GB/s", "probe", "%probe", "err", "note");
+    printf("\n%-5s %3s %7s %10s | %10s %21s | %7s %7s %7s | %9s %6s | %8s %s\n", "dtype", "B", "L",
+           "K+V MiB", "median ms", "(min-max)", "GB/s", "probe", "%probe", "tok/s", "x bf16", "err",
+           "note");
     fflush(stdout);
 
     int bad = 0, nskipped = 0, wins[BD_READERS] = {0}, nrows = 0;
@@ -906,7 +1095,7 @@ int cmd_bench_decode(int argc, char **argv) {
                     wins[k] += r.wins[k];
                 if (r.skipped) {
                     nskipped++;
-                    printf("%-5s %3ld %7ld %10.1f | %s\n", cli_dtype_name(r.dtype), r.B, r.L,
+                    printf("%-5s %3ld %7ld %10.1f | %s\n", bd_dtype_name(r.dtype), r.B, r.L,
                            r.cache_bytes / 1048576.0, r.why);
                     fflush(stdout);
                     continue;
@@ -914,12 +1103,16 @@ int cmd_bench_decode(int argc, char **argv) {
                 const double tol = r.dtype == FA_DTYPE_F32 ? 1e-4 : 2e-2;
                 const int ok = r.err <= tol;
                 bad += !ok;
-                char mm[64];
+                char mm[64], xb[16] = "-";
                 snprintf(mm, sizeof mm, "(%.3f-%.3f)", r.ms_min, r.ms_max);
-                printf("%-5s %3ld %7ld %10.1f | %10.3f %21s | %7.1f %7.1f %6.1f%% | %8.1e %s%s\n",
-                       cli_dtype_name(r.dtype), r.B, r.L, r.cache_bytes / 1048576.0, r.ms, mm,
-                       r.gbs, r.probe, r.pct, r.err, r.in_llc ? "fits in LLC" : "",
-                       ok ? "" : " CHECK FAILED (out vs fp64)");
+                const bd_row *b16 = bd_dtype_8bit(r.dtype) ? bd_bf16_of(rows, nrows, &r) : NULL;
+                if (b16)
+                    snprintf(xb, sizeof xb, "%.2fx", b16->ms / r.ms);
+                printf("%-5s %3ld %7ld %10.1f | %10.3f %21s | %7.1f %7.1f %6.1f%% | %9.0f %6s | "
+                       "%8.1e %s%s\n",
+                       bd_dtype_name(r.dtype), r.B, r.L, r.cache_bytes / 1048576.0, r.ms, mm, r.gbs,
+                       r.probe, r.pct, (double)(r.B * o.queries) / (r.ms * 1e-3), xb, r.err,
+                       r.in_llc ? "fits in LLC" : "", ok ? "" : " CHECK FAILED (out vs fp64)");
                 fflush(stdout);
             }
 
@@ -933,6 +1126,7 @@ int cmd_bench_decode(int argc, char **argv) {
            bd_readers_text(rtext, sizeof rtext, p1.reader_gbs, NULL));
     printf("load after: %s\n", load1);
     bd_summary(&o, rows, nrows);
+    bd_summary_q8(&o, rows, nrows);
     free(rows);
     if (nskipped)
         printf("%d configuration%s skipped for memory (see above)\n", nskipped,

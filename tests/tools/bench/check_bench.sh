@@ -5,7 +5,8 @@
 # bf16, causal and not, flashattn checked against the naive baseline; --csv, --svg and --json
 # outputs are written and look like what they claim to be. Then `flashattn bench-decode` on
 # small caches of each dtype and both layouts, every row checked against fp64 by the command
-# itself. Timing numbers are not checked.
+# itself, 8-bit caches (int8, e4m3, e5m2) against bf16, and its accuracy table (--accuracy).
+# Timing numbers are not checked.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -125,13 +126,111 @@ got=$(sed -n 's/^fp16 \+\([0-9]*\) \+\([0-9]*\) \+[0-9.]*-[0-9.]*% | \+\(.*[^ ]\
 [ -n "$got" ] && [ "$got" = "$want" ] \
     || fail "bench-decode: the target summary says '$got', its rows say '$want'"
 
+# 8-bit caches, filled by the library's append and checked against fp64 over the dequantized
+# cache: contiguous, head-major and paged (pages of 3, scattered), with 2 query tokens. Their
+# K+V MiB count the fp32 scales (2*B*L*Hk*(D + 4) bytes), tok/s is B*Sq over the median time and
+# x bf16 is there where the bf16 row of the same B and L ran before. FA_CPU_ISA=ref: the 8-bit
+# rows are read by the portable products (the SIMD ones do not read them yet).
+for cfg in "bshd::bf16,i8,e4m3,e5m2:1" "bhsd::i8,bf16:1" "bshd:3:bf16,e4m3,e5m2,i8:2"; do
+    IFS=: read -r layout ps dtypes sq <<<"$cfg"
+    name=bench-decode-8bit-$layout$ps
+    paged=()
+    [ -z "$ps" ] || paged=(--page-size "$ps")
+    FA_CPU_ISA=ref "$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes "$dtypes" --runs 2 \
+        --probe-mib 8 --probe-passes 2 --layout "$layout" "${paged[@]}" --queries "$sq" \
+        >"$out/$name.txt" || fail "bench-decode --dtypes $dtypes ($cfg) exited with $?"
+    cat "$out/$name.txt"
+    grep -q '^8-bit: .*quantized by the library.s append' "$out/$name.txt" \
+        || fail "$name: no 8-bit header line"
+    grep -q '^bytes: .*8-bit caches: 2\*B\*L\*Hk\*(D + 4)' "$out/$name.txt" \
+        || fail "$name: the bytes line does not count the scales"
+    n8=$(( $(tr ',' '\n' <<<"$dtypes" | grep -vc bf16) ))
+    rows=$(grep -cE '^(bf16|int8|e4m3|e5m2) +[13] +(256|1000) .*%' "$out/$name.txt" || true)
+    want=$(( 4 * (n8 + 1) ))
+    [ "$rows" -eq "$want" ] || fail "$name: expected $want rows, got $rows"
+    if grep -q 'CHECK FAILED' "$out/$name.txt"; then
+        fail "$name: a row disagreed with fp64"
+    fi
+    # per row: the MiB of K+V (with scales), tok/s from the median time, x bf16 where it can be
+    bf16_first=$([ "${dtypes%%,*}" = bf16 ] && echo 1 || echo 0)
+    bad=$(awk -v sq="$sq" -v first="$bf16_first" '
+        /^(bf16|int8|e4m3|e5m2) +[13] +(256|1000) .*%/ {
+            es = $1 == "bf16" ? 2 * 128 : 128 + 4
+            mib = sprintf("%.1f", 2 * $2 * $3 * 8 * es / 1048576)
+            if ($4 != mib) print $1, $2, $3, "MiB", $4, "want", mib
+            if ($6 > 0.0005 && ($13 + 1 < $2 * sq * 1000 / ($6 + 0.0005) ||
+                                $13 - 1 > $2 * sq * 1000 / ($6 - 0.0005)))
+                print $1, $2, $3, "tok/s", $13, "ms", $6
+            want = $1 != "bf16" && first ? "x" : "-"
+            if (want == "x" ? $14 !~ /^[0-9]+\.[0-9][0-9]x$/ : $14 != "-")
+                print $1, $2, $3, "x bf16", $14
+        }' "$out/$name.txt")
+    [ -z "$bad" ] || fail "$name: rows disagree with themselves: $bad"
+done
+
+# the summary against bf16 recomputed from the rows' x bf16 (rows of 16384 tokens or more, how
+# many reach 1.70x, their range; then every row)
+FA_CPU_ISA=ref "$bin" bench-decode --lens 1000,16384 --batches 1 --dtypes bf16,i8 --runs 2 \
+    --probe-mib 8 --probe-passes 2 >"$out/bench-decode-8bit-target.txt" \
+    || fail "bench-decode (8-bit target) exited with $?"
+cat "$out/bench-decode-8bit-target.txt"
+want=$(awk '
+    /^int8 +1 +(1000|16384) .*%/ {
+        x = $14; sub("x", "", x); x += 0; n++
+        alo = n == 1 || x < alo ? x : alo; ahi = x > ahi ? x : ahi
+        if ($3 >= 16384) {
+            big++; met += (x >= 1.7)
+            lo = big == 1 || x < lo ? x : lo; hi = x > hi ? x : hi
+        }
+    }
+    END {
+        r = big ? sprintf("%.2f-%.2fx", lo, hi) : "-"
+        printf "%d %d %s %d %.2f-%.2fx\n", big, met, r, n, alo, ahi
+    }' "$out/bench-decode-8bit-target.txt")
+got=$(awk '/^against bf16: / { on = 1 }
+           on && $1 == "int8" && $5 == "|" { print $2, $3, $4, $6, $7 }' \
+      "$out/bench-decode-8bit-target.txt")
+[ -n "$got" ] && [ "$got" = "$want" ] \
+    || fail "bench-decode: the summary against bf16 says '$got', its rows say '$want'"
+
+# the accuracy table: every row's kernel checked by the command (fp32 q and out against fp64
+# over the dequantized cache); the formats' errors ordered as their precision: on normal inputs
+# bf16 < int8 < e4m3 < e5m2 (mean e); on outliers int8's per-token scale loses to e4m3's
+FA_CPU_ISA=ref "$bin" bench-decode --accuracy --lens 64,300 >"$out/bench-decode-accuracy.txt" \
+    || fail "bench-decode --accuracy exited with $?"
+cat "$out/bench-decode-accuracy.txt"
+row='^(bf16|int8|e4m3|e5m2) +(-|per token|per \(B, Hk\)) +(normal|outliers) +(64|300) '
+rows=$(grep -cE "$row" "$out/bench-decode-accuracy.txt" || true)
+[ "$rows" -eq 20 ] || fail "bench-decode --accuracy: expected 20 rows, got $rows"
+if grep -q 'CHECK FAILED' "$out/bench-decode-accuracy.txt"; then
+    fail "bench-decode --accuracy: a kernel disagreed with fp64"
+fi
+grep -q '^target: int8 (per token) on normal inputs, error <= 1% .*L=64 .*; L=300 ' \
+    "$out/bench-decode-accuracy.txt" || fail "bench-decode --accuracy: no target line"
+bad=$(awk '
+    / per token +(normal|outliers) / { m[$1, $4, $5] = $8 }
+    /^bf16 / { m["bf16", $3, $4] = $7 }
+    END {
+        for (L = 64; L <= 300; L += 236) {
+            if (!(m["bf16", "normal", L] < m["int8", "normal", L] &&
+                  m["int8", "normal", L] < m["e4m3", "normal", L] &&
+                  m["e4m3", "normal", L] < m["e5m2", "normal", L]))
+                print "normal", L
+            if (!(m["e4m3", "outliers", L] < m["int8", "outliers", L]))
+                print "outliers", L
+        }
+    }' "$out/bench-decode-accuracy.txt")
+[ -z "$bad" ] || fail "bench-decode --accuracy: errors out of their formats' order at: $bad"
+
 # Bad usage exits with 2
 set +e
 "$bin" bench --dims x >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad usage should exit with 2"
 for bad in "--lens 0" "--dtypes f8" "--layout bsdh" "--runs 256" "--frobnicate" \
            "--page-size 0" "--page-size x" "--page-order random" "--page-order in-order" \
-           "--layout bhsd --page-size 16" "--queries 0" "--queries 65"; do
+           "--layout bhsd --page-size 16" "--queries 0" "--queries 65" "--dtypes i4" \
+           "--dtypes f32,f16,bf16,i8,e4m3,e5m2,i8,e4m3,e5m2" "--accuracy --batches 2" \
+           "--accuracy --dtypes i8" "--accuracy --page-size 16" "--lens 64 --accuracy --runs 2"; do
     # shellcheck disable=SC2086 # each case is an option and its value
     "$bin" bench-decode $bad >/dev/null 2>&1
     [ $? -eq 2 ] || fail "bench-decode $bad should exit with 2"
@@ -140,5 +239,10 @@ msg=$("$bin" bench-decode --page-size 0 2>&1 >/dev/null)
 case $msg in
 *"bad value for --page-size: 0"*) ;;
 *) fail "bench-decode --page-size 0 should name the option and its value, said: $msg" ;;
+esac
+msg=$("$bin" bench-decode --accuracy --batches=2 2>&1 >/dev/null)
+case $msg in
+*"--accuracy takes --lens, --queries and --threads; --batches is for the timing grid"*) ;;
+*) fail "bench-decode --accuracy --batches=2 should name the option, said: $msg" ;;
 esac
 echo "PASS: flashattn bench and bench-decode smoke tests"
