@@ -25,6 +25,7 @@ from ._lib import (
     library_path,
 )
 from ._lib import version as library_version
+from ._quant import quantize_kvcache
 from .flash_attn_interface import (
     flash_attn_combine,
     flash_attn_func,
@@ -47,6 +48,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_with_kvcache",
     "flash_attn_combine",
+    "quantize_kvcache",
     "FlashAttnError",
     "FlashAttnValueError",
     "FlashAttnTypeError",

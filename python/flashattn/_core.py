@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from . import _args, _lib
+from . import _args, _lib, _quant
 from ._lib import FlashAttnTypeError, FlashAttnValueError
 from .reference import attention_ref
 
@@ -19,18 +19,23 @@ from .reference import attention_ref
 # NumPy backend
 # ----------------------------------------------------------------------------------------------
 
-try:  # bf16 for NumPy comes from ml_dtypes when it is installed
+try:  # bf16 and fp8 for NumPy come from ml_dtypes when it is installed
     import ml_dtypes as _ml_dtypes
 
     _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
+    _NP_E4M3 = np.dtype(_ml_dtypes.float8_e4m3fn)
+    _NP_E5M2 = np.dtype(_ml_dtypes.float8_e5m2)
 except Exception:  # pragma: no cover - depends on the environment
     _ml_dtypes = None
-    _NP_BF16 = None
+    _NP_BF16 = _NP_E4M3 = _NP_E5M2 = None
 
 _NP_DTYPES = {np.dtype(np.float32): _lib.DTYPE_F32, np.dtype(np.float16): _lib.DTYPE_F16,
-              np.dtype(np.int32): _lib.DTYPE_I32, np.dtype(np.uint8): _lib.DTYPE_U8}
+              np.dtype(np.int32): _lib.DTYPE_I32, np.dtype(np.uint8): _lib.DTYPE_U8,
+              np.dtype(np.int8): _lib.DTYPE_I8}
 if _NP_BF16 is not None:
     _NP_DTYPES[_NP_BF16] = _lib.DTYPE_BF16
+    _NP_DTYPES[_NP_E4M3] = _lib.DTYPE_F8_E4M3
+    _NP_DTYPES[_NP_E5M2] = _lib.DTYPE_F8_E5M2
 
 
 # The index arguments: int32, as flash-attn takes them (the rest are float tensors).
@@ -38,10 +43,18 @@ INT_ARGS = frozenset({"cu_seqlens_q", "cu_seqlens_k", "cache_seqlens", "cache_ba
                       "cache_leftpad", "block_table"})
 
 
+# The KV caches, which may also be 8-bit (with k_descale and v_descale).
+CACHE_ARGS = frozenset({"k_cache", "v_cache"})
+
+
 def wanted_dtypes(bk, name, wanted):
     """What view() names as accepted for `name`: `wanted` if given, else int32 for an index
-    argument and the backend's float dtypes for the rest."""
-    return wanted or (bk.int_types if name in INT_ARGS else bk.float_types)
+    argument, the backend's float dtypes for the rest, and its 8-bit ones too for a cache."""
+    if wanted:
+        return wanted
+    if name in INT_ARGS:
+        return bk.int_types
+    return bk.float_types + (f"; 8-bit caches: {bk.cache_types}" if name in CACHE_ARGS else "")
 
 
 def _dtype_error(name, dtype, wanted):
@@ -72,6 +85,8 @@ class NumpyBackend:
     name = "numpy"
     float_types = "float32, float16" + (", bfloat16 (ml_dtypes)" if _NP_BF16 is not None else "")
     int_types = "int32"
+    cache_types = "int8" + (", float8_e4m3fn, float8_e5m2 (ml_dtypes)" if _NP_E4M3 is not None
+                            else " (fp8 needs the ml_dtypes package)")
 
     @staticmethod
     def is_array(x):
@@ -542,15 +557,56 @@ def seqlen_int(x):
     return _args.seqlen(n, "cache_seqlens")  # and within the C field (int64)
 
 
+def no_q_descale(q_descale):
+    """flash-attn 3's q_descale goes with an fp8 q, which the library does not take."""
+    if q_descale is not None:
+        raise FlashAttnValueError(
+            "flashattn: FA_ERR_UNSUPPORTED: q_descale: not supported: q stays float32, float16 "
+            "or bfloat16 (only the KV cache may be 8-bit, with k_descale and v_descale); pass q "
+            "dequantized and q_descale=None",
+            status=-11, status_name="FA_ERR_UNSUPPORTED")
+
+
+def _descale_views(bk, fields, k_cache, k_descale, v_descale, append, put):
+    """k_descale/v_descale into fields as kv.k_scale/v_scale: given with 8-bit caches (the
+    library checks shapes, dtype and values), absent otherwise. Per-token ones (3-D) are written
+    by an append, so they must be writable in place like the caches."""
+    q8 = fields["k_cache"].dtype in _lib.DTYPES_8BIT
+    for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if q8 and x is None:
+            raise FlashAttnValueError(
+                f"flashattn: FA_ERR_NULL_POINTER: {name}: None, but k_cache is {k_cache.dtype}; "
+                f"8-bit caches need k_descale and v_descale, float32 (batch_size, nheads_k) or "
+                f"per token (batch_size_cache, seqlen_cache, nheads_k)", status=-1,
+                status_name="FA_ERR_NULL_POINTER")
+        if not q8 and x is not None:
+            raise FlashAttnValueError(
+                f"flashattn: FA_ERR_VALUE: {name}: given, but k_cache is {k_cache.dtype}; "
+                f"descales go with 8-bit caches (int8, float8_e4m3fn, float8_e5m2)", status=-7,
+                status_name="FA_ERR_VALUE")
+        if x is None:
+            continue
+        written = append and len(getattr(x, "shape", ())) == 3
+        if written and not bk.direct_output(x):
+            raise FlashAttnValueError(f"{name}: per-token descales are written in place by the "
+                                      f"append, so it must be a writable array with "
+                                      f"non-negative strides")
+        put(name[0] + "_scale", x, output=written, label=name,
+            wanted="float32" if bk.name == "numpy" else "torch.float32")
+
+
 def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, sinks=None):
+                            return_softmax_lse=False, sinks=None, k_descale=None,
+                            v_descale=None):
     """→ (out, softmax_lse) through fa_forward_kvcache; k/v (if given) are appended to
     k_cache/v_cache in place first. cache_seqlens: None, an int >= 0 (seqlen_int), or a (B,)
-    int32 array. sinks: fp32 (H) or None.
+    int32 array. sinks: fp32 (H) or None. k_descale/v_descale: the fp32 scales of 8-bit caches
+    (value = stored * descale): (B, Hk), or per token (B_cache, S_cache, Hk) / paged
+    (num_pages, page_size, Hk), which an append writes in place.
     softmax_lse is None unless return_softmax_lse (the library then writes none)."""
     wl, wr = _args.window(window_size)
     _, softmax_scale, causal, softcap = _args.attention(0.0, softmax_scale, causal, softcap)
@@ -571,10 +627,10 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
     append = k is not None or v is not None
     fields, keep = {}, []
 
-    def put(name, x, output=False):
+    def put(name, x, output=False, label=None, wanted=None):
         if x is None:
             return
-        t, kp = bk.view(x, name, output=True) if output else bk.view(x, name)
+        t, kp = bk.view(x, label or name, wanted, output)
         fields[name] = t
         keep.append(kp)
 
@@ -583,6 +639,7 @@ def flash_attn_with_kvcache(bk, q, k_cache, v_cache, k=None, v=None, rotary_cos=
                                   "arrays with non-negative strides")
     put("k_cache", k_cache, output=append)
     put("v_cache", v_cache, output=append)
+    _descale_views(bk, fields, k_cache, k_descale, v_descale, append, put)
     names = {"k": "k_new", "v": "v_new"}
     for nm, x in (("k", k), ("v", v)):
         if x is not None:
@@ -665,6 +722,13 @@ def _varlen_paged_forward(bk, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     checked (flash_attn_varlen_forward)."""
     if dropout_p > 0:
         raise FlashAttnValueError("dropout_p: the paged KV cache (block_table) has no dropout")
+    for name, x in (("k", k), ("v", v)):
+        if _quant.format_of(getattr(x, "dtype", None)) is not None:
+            raise FlashAttnTypeError(
+                f"flashattn: FA_ERR_DTYPE: {name}: dtype {x.dtype}: flash_attn_varlen_func "
+                f"takes no 8-bit cache (it has no descales); use flash_attn_with_kvcache(..., "
+                f"block_table=..., k_descale=..., v_descale=...) for an int8 or fp8 paged cache",
+                status=-4, status_name="FA_ERR_DTYPE")
     _rank_check(q, "q", (3,), "(total_q, nheads, headdim)")
     _rank_check(block_table, "block_table", (2,), "(batch_size, max_blocks_per_seq)")
     _rank_check(v, "v_cache", (4,), "(num_blocks, page_block_size, nheads_k, headdim_v)")

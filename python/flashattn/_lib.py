@@ -23,14 +23,15 @@ import sys
 import threading
 
 __all__ = [
-    "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "DTYPE_I32", "DTYPE_U8",
+    "DTYPE_F32", "DTYPE_F16", "DTYPE_BF16", "DTYPE_I32", "DTYPE_U8", "DTYPE_I8", "DTYPE_F8_E4M3",
+    "DTYPE_F8_E5M2", "DTYPES_8BIT",
     "DEVICE_CPU", "DEVICE_CUDA",
     "Tensor", "Params",
     "FlashAttnError", "FlashAttnValueError", "FlashAttnTypeError", "FlashAttnRuntimeError",
     "FlashAttnMemoryError",
     "lib", "library_path", "version", "build_info", "params",
     "forward", "varlen_forward", "backward", "varlen_backward", "dropout_mask",
-    "KvCache", "has_kvcache", "kvcache", "forward_kvcache",
+    "KvCache", "has_kvcache", "kvcache", "forward_kvcache", "KVCACHE_SIZE_V1",
     "PARAMS_SIZE_V1", "PARAMS_SIZE_V2", "PARAMS_SIZE_V3", "params_struct_size", "device_count",
     "cuda_available",
     "INTERRUPTIBLE_WORK",
@@ -38,8 +39,12 @@ __all__ = [
 
 # fa_dtype / fa_device (include/flashattn.h)
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I32, DTYPE_U8 = 0, 1, 2, 3, 4
+# 8-bit KV caches only (fa_kvcache.k_scale): int8, fp8 e4m3fn, fp8 e5m2
+DTYPE_I8, DTYPE_F8_E4M3, DTYPE_F8_E5M2 = 5, 6, 7
+DTYPES_8BIT = frozenset({DTYPE_I8, DTYPE_F8_E4M3, DTYPE_F8_E5M2})
 DTYPE_NAMES = {DTYPE_F32: "f32", DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_I32: "i32",
-               DTYPE_U8: "u8"}
+               DTYPE_U8: "u8", DTYPE_I8: "i8", DTYPE_F8_E4M3: "f8_e4m3",
+               DTYPE_F8_E5M2: "f8_e5m2"}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 MAX_DIMS = 4
 
@@ -105,12 +110,15 @@ PARAMS_SIZE_V2 = Params.cancel.offset
 # sizeof(fa_params) before sinks were appended: such libraries know no attention sinks.
 PARAMS_SIZE_V3 = Params.sinks.offset
 
-_PARAMS_BUFFER = 1024  # bytes: room for fields a newer library may have appended
+# Bytes of the buffers fa_params_init / fa_kvcache_init fill (the library's whole struct, 1080
+# bytes for fa_kvcache with its scales), with room for fields a newer library may append.
+_PARAMS_BUFFER = 4096
 
 
 class KvCache(ctypes.Structure):
     """fa_kvcache (fa_forward_kvcache's cache side) as this binding knows it; like Params, the
-    library's fa_kvcache_init fills a larger zeroed buffer first."""
+    library's fa_kvcache_init fills a larger zeroed buffer first. A library from before the
+    8-bit caches' scales (struct_size KVCACHE_SIZE_V1) is still accepted without them."""
 
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -127,7 +135,15 @@ class KvCache(ctypes.Structure):
         ("rotary_sin", Tensor),
         ("rotary_interleaved", ctypes.c_int32),
         ("num_splits", ctypes.c_int32),
+        # 8-bit caches: fp32 scales, per token (B_cache, S_cache, Hk) / paged (num_pages,
+        # page_size, Hk), which the append writes, or per (B, Hk); data NULL = none.
+        ("k_scale", Tensor),
+        ("v_scale", Tensor),
     ]
+
+
+# sizeof(fa_kvcache) before k_scale/v_scale were appended: such libraries know no 8-bit caches.
+KVCACHE_SIZE_V1 = KvCache.k_scale.offset
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,10 +493,15 @@ def kvcache(fields):
             f"fa_forward_kvcache; flash_attn_with_kvcache needs a newer libflashattn")
     buf = ctypes.create_string_buffer(_inited("fa_kvcache_init"), _PARAMS_BUFFER)
     kv = KvCache.from_buffer(buf)
-    if kv.struct_size < ctypes.sizeof(KvCache) or kv.struct_size > _PARAMS_BUFFER:
+    if kv.struct_size < KVCACHE_SIZE_V1 or kv.struct_size > _PARAMS_BUFFER:
         raise FlashAttnRuntimeError(
             f"flashattn: the loaded library's fa_kvcache is {kv.struct_size} bytes; this "
-            f"binding needs {ctypes.sizeof(KvCache)}..{_PARAMS_BUFFER}")
+            f"binding needs {KVCACHE_SIZE_V1}..{_PARAMS_BUFFER}")
+    if kv.struct_size < ctypes.sizeof(KvCache) and ("k_scale" in fields or "v_scale" in fields):
+        raise FlashAttnRuntimeError(
+            f"k_descale, v_descale: the loaded library ({_lib_path}, version {version()}) "
+            f"predates 8-bit KV caches (its fa_kvcache is {kv.struct_size} bytes, without "
+            f"k_scale and v_scale); int8 and fp8 caches need a newer libflashattn")
     for name, value in fields.items():
         if isinstance(value, Tensor) and not value.data:
             value.data = ctypes.addressof(_EMPTY)

@@ -14,7 +14,8 @@ so both packages can be imported in one process):
     torch.ops.flashattn_c._flash_attn_backward_grads, _flash_attn_varlen_backward_grads: the
         functional backward the autograd.Function classes use → (dq, dk, dv) or packed grads;
     torch.ops.flashattn_c._flash_attn_with_kvcache: the KV-cache forward, appending to k_cache
-        and v_cache in place → (out, softmax_lse); no backward, as in flash-attn.
+        and v_cache (and the per-token descales of 8-bit caches) in place → (out,
+        softmax_lse); no backward, as in flash-attn.
 A decode step in plain eager mode (no compilation, tracing or dispatch mode, no tensor that
 requires grad, plain torch.Tensor arguments) skips the custom op's dispatch, a third of the
 step's Python time on short caches, and bumps the caches' version counters itself.
@@ -32,7 +33,10 @@ NAMESPACE = "flashattn_c"
 
 _TORCH_DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
                  torch.bfloat16: _lib.DTYPE_BF16, torch.int32: _lib.DTYPE_I32,
-                 torch.uint8: _lib.DTYPE_U8}
+                 torch.uint8: _lib.DTYPE_U8, torch.int8: _lib.DTYPE_I8}
+if hasattr(torch, "float8_e4m3fn"):  # torch >= 2.1
+    _TORCH_DTYPES[torch.float8_e4m3fn] = _lib.DTYPE_F8_E4M3
+    _TORCH_DTYPES[torch.float8_e5m2] = _lib.DTYPE_F8_E5M2
 
 
 class TorchBackend:
@@ -42,6 +46,7 @@ class TorchBackend:
     name = "torch"
     float_types = "torch.float32, torch.float16, torch.bfloat16"
     int_types = "torch.int32"
+    cache_types = "torch.int8, torch.float8_e4m3fn, torch.float8_e5m2"
 
     @staticmethod
     def direct_output(x):
@@ -333,30 +338,32 @@ def _kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              block_table: Optional[torch.Tensor], softmax_scale: float, causal: bool,
              window_size_left: int, window_size_right: int, softcap: float,
              rotary_interleaved: bool, alibi_slopes: Optional[torch.Tensor], num_splits: int,
-             sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+             sinks: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+             v_descale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     return _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                          cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                          causal, window_size_left, window_size_right, softcap, rotary_interleaved,
-                         alibi_slopes, num_splits, sinks, True)
+                         alibi_slopes, num_splits, sinks, True, k_descale, v_descale)
 
 
 def _kvcache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlen,
                   cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
                   window_size_left, window_size_right, softcap, rotary_interleaved, alibi_slopes,
-                  num_splits, sinks, want_lse):
+                  num_splits, sinks, want_lse, k_descale=None, v_descale=None):
     """_kvcache's work; a plain eager call that returns no lse (want_lse False) skips it."""
     if cache_seqlens is None and cache_seqlen >= 0:
         cache_seqlens = cache_seqlen
     return _core.flash_attn_with_kvcache(
         _TB, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, (window_size_left, window_size_right),
-        softcap, rotary_interleaved, alibi_slopes, num_splits, want_lse, sinks)
+        softcap, rotary_interleaved, alibi_slopes, num_splits, want_lse, sinks, k_descale,
+        v_descale)
 
 
 def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                   cache_seqlen, cache_batch_idx, cache_leftpad, block_table, softmax_scale,
                   causal, window_size_left, window_size_right, softcap, rotary_interleaved,
-                  alibi_slopes, num_splits, sinks=None):
+                  alibi_slopes, num_splits, sinks=None, k_descale=None, v_descale=None):
     B, Sq, H, _ = q.shape
     return (q.new_empty((B, Sq, H, v_cache.shape[3])),
             q.new_empty((B, H, Sq), dtype=torch.float32))
@@ -395,8 +402,9 @@ _varlen_forward_op = _register("_flash_attn_varlen_forward", _varlen_fwd, _varle
 _backward_op = _register("_flash_attn_backward", _bwd, _bwd_fake, ("dq", "dk", "dv"))
 _varlen_backward_op = _register("_flash_attn_varlen_backward", _varlen_bwd, _varlen_bwd_fake,
                                 ("dq", "dk", "dv"))
+# The append writes the caches and per-token descales (8-bit caches) in place.
 _kvcache_op = _register("_flash_attn_with_kvcache", _kvcache, _kvcache_fake,
-                        ("k_cache", "v_cache"))
+                        ("k_cache", "v_cache", "k_descale", "v_descale"))
 _combine_op = _register("_flash_attn_combine", _combine, _combine_fake)
 _bwd_grads_op = _register("_flash_attn_backward_grads", _bwd_grads, _bwd_grads_fake)
 _varlen_bwd_grads_op = _register("_flash_attn_varlen_backward_grads", _varlen_bwd_grads,
@@ -484,7 +492,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, sinks=None):
+                            return_softmax_lse=False, sinks=None, k_descale=None,
+                            v_descale=None):
+    for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if d is not None and not isinstance(d, torch.Tensor):
+            raise FlashAttnTypeError(f"{name}: expected a float32 torch.Tensor (batch_size, "
+                                     f"nheads_k) or per token; got {type(d).__name__}")
     seqlen = -1
     if cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
         seqlen, cache_seqlens = _core.seqlen_int(cache_seqlens), None
@@ -496,13 +509,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             softcap, _args.boolean("rotary_interleaved", rotary_interleaved), alibi_slopes,
             _args.integer("num_splits", num_splits, _args.INT32_MIN, _args.INT32_MAX), sinks)
     if _plain_eager((q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                     cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sinks)):
-        out, lse = _kvcache_call(*args, return_softmax_lse)
+                     cache_batch_idx, cache_leftpad, block_table, alibi_slopes, sinks, k_descale,
+                     v_descale)):
+        out, lse = _kvcache_call(*args, return_softmax_lse, k_descale, v_descale)
         if k is not None or v is not None:  # written in place, as the op would record
             torch.autograd.graph.increment_version(k_cache)
             torch.autograd.graph.increment_version(v_cache)
+            for d in (k_descale, v_descale):  # per-token descales get the new rows' scales
+                if d is not None and d.dim() == 3:
+                    torch.autograd.graph.increment_version(d)
     else:
-        out, lse = _kvcache_op(*args)
+        out, lse = _kvcache_op(*args, k_descale, v_descale)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -360,7 +360,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, *, learnable_sink=None, s_aux=None):
+                            return_softmax_lse=False, *, learnable_sink=None, s_aux=None,
+                            k_descale=None, v_descale=None, q_descale=None):
     """Attention of q against a KV cache for inference (no backward), appending k/v to the
     cache in place first: flash-attn's flash_attn_with_kvcache.
 
@@ -386,19 +387,26 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         num_splits: accepted for compatibility (the CPU splits long caches in fixed chunks).
         return_softmax_lse: also return softmax_lse (batch_size, nheads, seqlen_q).
         learnable_sink / s_aux: (nheads,) attention sinks, as flash_attn_func's.
+        k_descale, v_descale: float32 scales of 8-bit caches (CPU only; k_cache and v_cache
+            both int8, float8_e4m3fn or float8_e5m2: value = stored * descale), flash-attn 3's
+            names: (batch_size, nheads_k), fixed, or per token (batch_size_cache, seqlen_cache,
+            nheads_k) / paged (num_blocks, page_block_size, nheads_k), which the append writes
+            (quantize_kvcache makes both). Required with 8-bit caches, refused otherwise.
+        q_descale: not supported (q is float32, float16 or bfloat16); must be None.
     Return:
         out (batch_size, seqlen_q, nheads, headdim), or (out, softmax_lse).
     """
+    _core.no_q_descale(q_descale)
     if _is_numpy(q):
         out, lse = _core.flash_attn_with_kvcache(
             _NP, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
             cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
             softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
-            _np_sinks(learnable_sink, s_aux))
+            _np_sinks(learnable_sink, s_aux), k_descale, v_descale)
         return (out, lse) if return_softmax_lse else out
     T = _torch_for(q, "q")
     return T.flash_attn_with_kvcache(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
         rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
-        T.sinks_arg(learnable_sink, s_aux))
+        T.sinks_arg(learnable_sink, s_aux), k_descale, v_descale)

@@ -13,10 +13,13 @@ probs (B, H, Sq, Sk) are the softmax probabilities before dropout. A row with no
 out = 0, lse = -inf and zero probabilities. With sinks (H,) (gpt-oss's attention sinks,
 flash-attn's learnable_sink), sinks[h] is one more logit in every softmax row of head h, with no
 value: probabilities shrink by the sink's share, lse includes it (a row with no visible key then
-has lse = sinks[h]), and the backward also returns dsinks (H,).
+has lse = sinks[h]), and the backward also returns dsinks (H,). kvcache_ref also takes 8-bit
+caches with their descales (dequantized in fp64).
 """
 
 import numpy as np
+
+from . import _quant
 
 __all__ = ["attention_ref", "attention_varlen_ref", "kvcache_ref", "rotary_ref", "visible_mask"]
 
@@ -192,12 +195,26 @@ def rotary_ref(x, cos, sin, positions, interleaved=True):
 def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                 cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                 softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                rotary_interleaved=True, alibi_slopes=None, sinks=None):
+                rotary_interleaved=True, alibi_slopes=None, sinks=None, k_descale=None,
+                v_descale=None):
     """flash_attn_with_kvcache in fp64 on copies: returns (out, lse, k_cache', v_cache') where
     the caches have k/v (rotated, if rotary) appended at cache_seqlens. Batch b attends over its
-    row's positions [leftpad_b, cache_seqlens[b] + seqlen_new)."""
+    row's positions [leftpad_b, cache_seqlens[b] + seqlen_new).
+
+    8-bit caches (NumPy int8, ml_dtypes float8_e4m3fn / float8_e5m2) come with k_descale and
+    v_descale: per token (B_cache, S_cache, Hk) / paged (num_pages, page_size, Hk), or
+    (B, Hk) for batch b. A cached value is stored * descale, in fp64. New rows (rotated, then
+    rounded to fp32) are quantized as the library's append does (_quant.quantize_rows). Returns
+    (out, lse, k_cache', v_cache', k_descale', v_descale'): the caches' stored values (fp64)
+    and the descales after the append."""
     q = _f64(q)
     kc, vc = _f64(k_cache).copy(), _f64(v_cache).copy()
+    q8 = k_descale is not None or v_descale is not None
+    if q8:
+        fmts = [_quant.format_of(np.asarray(c).dtype) for c in (k_cache, v_cache)]
+        assert None not in fmts and k_descale is not None and v_descale is not None, \
+            "8-bit caches need k_descale and v_descale"
+        scales = [_f64(k_descale).copy(), _f64(v_descale).copy()]
     B, Sq, H, D = q.shape
     paged = block_table is not None
     page = kc.shape[1]
@@ -231,6 +248,9 @@ def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin
                 kn = rotary_ref(kn, rotary_cos, rotary_sin, L + np.arange(s_new),
                                 rotary_interleaved)
             i0, i1 = positions(b, L + s_new)
+            if q8:
+                kn, vn = (_append_q8(x, fmts[t], scales[t], b, i0[L:], i1[L:])
+                          for t, x in enumerate((kn, vn)))
             kc[i0[L:], i1[L:]] = kn
             vc[i0[L:], i1[L:]] = vn
         if rotary_cos is not None:
@@ -239,6 +259,9 @@ def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin
         i0, i1 = positions(b, L + s_new)
         pad = int(pads[b])
         keys, vals = kc[i0[pad:], i1[pad:]], vc[i0[pad:], i1[pad:]]
+        if q8:
+            keys, vals = (x * (s[i0[pad:], i1[pad:]][..., None] if s.ndim == 3
+                               else s[b][None, :, None]) for x, s in zip((keys, vals), scales))
         slopes = None
         if alibi_slopes is not None:
             a = _f64(alibi_slopes)
@@ -247,4 +270,17 @@ def kvcache_ref(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin
                           causal=causal, window_size=window_size, softcap=softcap,
                           alibi_slopes=slopes, sinks=sinks)
         out[b], lse[b] = r[0][0], r[1][0]
+    if q8:
+        return out, lse, kc, vc, scales[0], scales[1]
     return out, lse, kc, vc
+
+
+def _append_q8(x, fmt, scale, b, i0, i1):
+    """New rows x (S_new, Hk, D) of batch b quantized into an 8-bit cache at (i0, i1): their
+    stored values (fp64); a per-token scale (3-D) gets the rows' scales written."""
+    if scale.ndim == 3:
+        codes, s = _quant.quantize_rows(x.astype(np.float32), fmt)
+        scale[i0, i1] = s
+    else:
+        codes, _ = _quant.quantize_rows(x.astype(np.float32), fmt, scale[b][None, :])
+    return _quant.decode(codes, fmt)
