@@ -327,8 +327,8 @@ static fa_status check_indices(kvcall *c, const fa_kvcache *kv) {
     return c->S_new > 0 ? check_writers(c, kv) : FA_OK;
 }
 
-/* The scales of 8-bit caches: shapes, dtype, and the values of per-(batch, head) ones; they get
- * their views (the per-token ones through the cache's page table, batch index and leftpad). */
+/* The scales of 8-bit caches: present exactly with them, fp32, of a shape of their own. Before
+ * the indices are read, so a call with nothing to do is refused as well. */
 static fa_status check_scales(kvcall *c, const fa_kvcache *kv) {
     const fa_tensor *sc[2] = {&kv->k_scale, &kv->v_scale};
     const char *names[2] = {"kv.k_scale", "kv.v_scale"};
@@ -345,13 +345,12 @@ static fa_status check_scales(kvcall *c, const fa_kvcache *kv) {
             return fa__error(FA_ERR_NULL_POINTER, "%s: data is NULL; %s caches need their "
                              "scales", names[t], fa__dtype_name(kv->k_cache.dtype));
         const int token = sc[t]->ndim == 3; /* else (B, Hk) */
-        const char *dims = token ? (c->paged ? "(num_pages, page_size, Hk)"
-                                             : "(B_cache, S_cache, Hk)")
-                                 : "(B, Hk)";
+        const char *tdims = c->paged ? "(num_pages, page_size, Hk)" : "(B_cache, S_cache, Hk)";
+        const char *dims = token ? tdims : "(B, Hk)";
         if (sc[t]->ndim != 2 && sc[t]->ndim != 3)
             return fa__error(FA_ERR_SHAPE, "%s: ndim is %d; expected 3, a scale per token %s, "
                              "or 2, one per batch and KV head (B, Hk)", names[t], sc[t]->ndim,
-                             c->paged ? "(num_pages, page_size, Hk)" : "(B_cache, S_cache, Hk)");
+                             tdims);
         const int out = token && c->append; /* the append writes the new rows' scales */
         if ((st = fa__check_view(sc[t], names[t], sc[t]->ndim, dims, out, span(c, out))))
             return st;
@@ -366,8 +365,19 @@ static fa_status check_scales(kvcall *c, const fa_kvcache *kv) {
                                  names[t], i, (long long)sc[t]->shape[i], (long long)want[i],
                                  dims);
         c->scale_token[t] = token;
+    }
+    return FA_OK;
+}
+
+/* The scales' views, once the indices are known (a per-token scale goes through the cache's
+ * page table, batch index and, for the forward, leftpad), and the values of per-(batch, head)
+ * ones: finite and > 0. */
+static fa_status scale_views(kvcall *c, const fa_kvcache *kv) {
+    const fa_tensor *sc[2] = {&kv->k_scale, &kv->v_scale};
+    const char *names[2] = {"kv.k_scale", "kv.v_scale"};
+    for (int t = 0; c->q8 && t < 2; t++) {
         fa__view *f = &c->scale_fwd[t], *a = &c->scale_app[t];
-        if (token) {
+        if (c->scale_token[t]) {
             *a = (fa__view){.data = sc[t]->data, .dtype = FA_DTYPE_F32, .sb = sc[t]->stride[0],
                             .ss = sc[t]->stride[1], .sh = sc[t]->stride[2],
                             .batch_idx = c->batch_idx};
@@ -492,7 +502,7 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     if (kv->num_splits < 0 || kv->num_splits > FA_MAX_SPLITS)
         return fa__error(FA_ERR_VALUE, "kv.num_splits is %d; expected 0 (automatic) to %d",
                          kv->num_splits, FA_MAX_SPLITS);
-    if ((st = check_tensors(c, q, kv, out))) return st;
+    if ((st = check_tensors(c, q, kv, out)) || (st = check_scales(c, kv))) return st;
     c->q = q;
     c->stream = fa__params_stream(params);
     if (q->device == FA_DEVICE_CUDA && c->q8)
@@ -519,7 +529,7 @@ static fa_status prepare(kvcall *c, const fa_params *params, const fa_tensor *q,
     /* Nothing to attend and nothing to append: done, without the O(B) reads of the lengths
      * and indices (B can be 2^60 when q has no element). */
     if ((*none = c->B == 0 || (c->Sq == 0 && c->S_new == 0))) return FA_OK;
-    if ((st = check_indices(c, kv)) || (st = check_scales(c, kv))) return st;
+    if ((st = check_indices(c, kv)) || (st = scale_views(c, kv))) return st;
     const int shift_rows = p->causal || p->window_left >= 0 || p->window_right >= 0;
     if ((st = check_rotary(c, kv, q, shift_rows, ro)) ||
         (st = fa__resolve_alibi(params, p, span(c, 0))))

@@ -37,21 +37,22 @@
 #define MAXB 4
 
 typedef struct qcase {
-    int qdt, cdt, token;           /* q's dtype, the caches' 8-bit dtype, scales per token */
-    int64_t B, Sq, H, Hk, D, cap;  /* cap: positions per cache row */
-    int64_t page;                  /* 0: contiguous, else the page size */
-    int64_t S_new;                 /* new keys appended by the call */
+    int qdt, cdt, token;          /* q's dtype, the caches' 8-bit dtype, scales per token */
+    int64_t B, Sq, H, Hk, D, cap; /* cap: positions per cache row */
+    int64_t page;                 /* 0: contiguous, else the page size */
+    int64_t S_new;                /* new keys appended by the call */
     int causal, wl, wr;
     double softcap;
-    int rotary;                    /* 0: none, 1: interleaved, 2: GPT-NeoX, rotary_dim = D/2 */
-    int leftpad;                   /* contiguous only: each batch starts at b */
-    int64_t lens[MAXB];            /* cache_seqlens before the append */
-    int threads;                   /* 0: the library's default context */
+    int rotary;         /* 0: none, 1: interleaved, 2: GPT-NeoX, rotary_dim = D/2 */
+    int leftpad;        /* contiguous only: each batch starts at b */
+    int64_t lens[MAXB]; /* cache_seqlens before the append */
+    int threads;        /* 0: the library's default context */
 } qcase;
 
 static double *dalloc(int64_t n) {
     double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-    if (!p) abort();
+    if (!p)
+        abort();
     return p;
 }
 
@@ -65,10 +66,12 @@ static double qmax(int cdt) {
 static double f8_value(int cdt, int c) {
     const int M = cdt == FA_DTYPE_F8_E4M3 ? 3 : 2, bias = cdt == FA_DTYPE_F8_E4M3 ? 7 : 15;
     const int e = (c & 0x7f) >> M, m = c & ((1 << M) - 1), emax = (1 << (7 - M)) - 1;
-    if (cdt == FA_DTYPE_F8_E4M3 && e == emax && m == (1 << M) - 1) return NAN;
-    if (cdt == FA_DTYPE_F8_E5M2 && e == emax) return m ? NAN : (c & 0x80 ? -INFINITY : INFINITY);
-    const double v = e ? ldexp(1.0 + m / (double)(1 << M), e - bias)
-                       : ldexp(m / (double)(1 << M), 1 - bias);
+    if (cdt == FA_DTYPE_F8_E4M3 && e == emax && m == (1 << M) - 1)
+        return NAN;
+    if (cdt == FA_DTYPE_F8_E5M2 && e == emax)
+        return m ? NAN : (c & 0x80 ? -INFINITY : INFINITY);
+    const double v =
+        e ? ldexp(1.0 + m / (double)(1 << M), e - bias) : ldexp(m / (double)(1 << M), 1 - bias);
     return c & 0x80 ? -v : v;
 }
 
@@ -79,18 +82,22 @@ static double stored_value(int cdt, uint8_t c) {
 /* y (an fp32 value) into the format: nearest even, saturating at +-Q; NaN: int8 0, fp8 NaN. */
 static uint8_t quantize(int cdt, float y) {
     if (cdt == FA_DTYPE_I8) {
-        if (isnan(y)) return 0;
+        if (isnan(y))
+            return 0;
         const double r = nearbyint((double)y);
         return (uint8_t)(int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
     }
-    if (isnan(y)) return cdt == FA_DTYPE_F8_E4M3 ? 0x7f : 0x7e;
+    if (isnan(y))
+        return cdt == FA_DTYPE_F8_E4M3 ? 0x7f : 0x7e;
     const double a = fmin(fabs((double)y), qmax(cdt));
     int best = 0;
     for (int c = 1; c < 0x80; c++) { /* codes in increasing order of value */
         const double v = f8_value(cdt, c);
-        if (!isfinite(v)) break;
+        if (!isfinite(v))
+            break;
         const double d = fabs(v - a), db = fabs(f8_value(cdt, best) - a);
-        if (d < db || (d == db && !(c & 1))) best = c;
+        if (d < db || (d == db && !(c & 1)))
+            best = c;
     }
     return (uint8_t)(best | (y < 0 ? 0x80 : 0));
 }
@@ -104,30 +111,32 @@ static float quantize_row(int cdt, const float *x, int64_t n, uint8_t *dst) {
         mx = fabsf(x[t]) > mx ? fabsf(x[t]) : mx;
     }
     const float s = finite ? mx / (float)qmax(cdt) : NAN;
-    for (int64_t t = 0; t < n; t++) dst[t] = s > 0.0f ? quantize(cdt, x[t] / s) : 0;
+    for (int64_t t = 0; t < n; t++)
+        dst[t] = s > 0.0f ? quantize(cdt, x[t] / s) : 0;
     return s;
 }
 
 /* ---- one call ---- */
 
 typedef struct qbufs {
-    uint8_t *kc, *vc;          /* caches: rows of D bytes */
-    float *ks, *vs;            /* scales: per token [rows·Hk] or per (b, hk) [B·Hk] */
-    int64_t rows, pages;       /* positions in the cache buffers; pages (paged) */
-    int32_t *bt;               /* block table [B, max_pages] */
+    uint8_t *kc, *vc;    /* caches: rows of D bytes */
+    float *ks, *vs;      /* scales: per token [rows·Hk] or per (b, hk) [B·Hk] */
+    int64_t rows, pages; /* positions in the cache buffers; pages (paged) */
+    int32_t *bt;         /* block table [B, max_pages] */
     int64_t max_pages;
 } qbufs;
 
 /* The buffer row (position index into kc/ks, heads apart) of batch b's position s. */
 static int64_t cache_row(const qcase *c, const qbufs *u, int64_t b, int64_t s) {
-    if (!c->page) return b * c->cap + s;
+    if (!c->page)
+        return b * c->cap + s;
     return (int64_t)u->bt[b * u->max_pages + s / c->page] * c->page + s % c->page;
 }
 
 typedef struct qresult {
-    double *out, *lse;         /* (B, Sq, H, D), (B, H, Sq) */
-    uint8_t *kc, *vc;          /* the caches after the call, in logical order [B, cap, Hk, D] */
-    float *ks, *vs;            /* their scales [B, cap, Hk] (per (b, hk): repeated) */
+    double *out, *lse; /* (B, Sq, H, D), (B, H, Sq) */
+    uint8_t *kc, *vc;  /* the caches after the call, in logical order [B, cap, Hk, D] */
+    float *ks, *vs;    /* their scales [B, cap, Hk] (per (b, hk): repeated) */
     fa_status st;
 } qresult;
 
@@ -137,12 +146,12 @@ static void qresult_free(qresult *r) {
 
 /* Everything a case draws, in fp64 / fp32. */
 typedef struct qdata {
-    double *q;                 /* (B, Sq, H, D), rounded to qdt */
-    float *knew, *vnew;        /* (B, S_new, Hk, D), rounded to qdt */
-    double *kx, *vx;           /* the exact cache values [B, cap, Hk, D] (positions < lens) */
-    uint8_t *kq, *vq;          /* their quantization */
-    float *kss, *vss;          /* scales [B, cap, Hk], or the fixed ones [B, Hk] */
-    double *cosr, *sinr;       /* rotary tables [ro, D/4] */
+    double *q;           /* (B, Sq, H, D), rounded to qdt */
+    float *knew, *vnew;  /* (B, S_new, Hk, D), rounded to qdt */
+    double *kx, *vx;     /* the exact cache values [B, cap, Hk, D] (positions < lens) */
+    uint8_t *kq, *vq;    /* their quantization */
+    float *kss, *vss;    /* scales [B, cap, Hk], or the fixed ones [B, Hk] */
+    double *cosr, *sinr; /* rotary tables [ro, D/4] */
     int64_t ro;
 } qdata;
 
@@ -156,7 +165,8 @@ static float round_q(int qdt, double x) { return (float)tu_round_fn(qdt)(x); }
 static void draw(const qcase *c, qdata *d) {
     const int64_t B = c->B, Hk = c->Hk, D = c->D, cap = c->cap;
     d->q = dalloc(B * c->Sq * c->H * D);
-    for (int64_t i = 0; i < B * c->Sq * c->H * D; i++) d->q[i] = round_q(c->qdt, tu_normal());
+    for (int64_t i = 0; i < B * c->Sq * c->H * D; i++)
+        d->q[i] = round_q(c->qdt, tu_normal());
     const int64_t nn = B * c->S_new * Hk * D;
     d->knew = malloc(sizeof(float) * (size_t)(nn + 1));
     d->vnew = malloc(sizeof(float) * (size_t)(nn + 1));
@@ -192,12 +202,14 @@ static void draw(const qcase *c, qdata *d) {
                     double *x = (t ? d->vx : d->kx) + r * D;
                     uint8_t *q = (t ? d->vq : d->kq) + r * D;
                     float *sc = t ? d->vss : d->kss;
-                    for (int64_t e = 0; e < D; e++) row[e] = (float)x[e];
+                    for (int64_t e = 0; e < D; e++)
+                        row[e] = (float)x[e];
                     if (c->token) {
                         sc[r] = quantize_row(c->cdt, row, D, q);
                     } else {
                         const float f = sc[b * Hk + h];
-                        for (int64_t e = 0; e < D; e++) q[e] = quantize(c->cdt, row[e] / f);
+                        for (int64_t e = 0; e < D; e++)
+                            q[e] = quantize(c->cdt, row[e] / f);
                     }
                 }
             }
@@ -233,7 +245,8 @@ static void rotate64(const qcase *c, const qdata *d, int64_t pos, double *x) {
 static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_context *ctx) {
     const int64_t B = c->B, Hk = c->Hk, D = c->D, H = c->H, Sq = c->Sq, cap = c->cap;
     qcase cc = *c;
-    if (!paged_as_given) cc.page = 0;
+    if (!paged_as_given)
+        cc.page = 0;
     qbufs u = {0};
     u.max_pages = cc.page ? (cap + cc.page - 1) / cc.page : 0;
     u.pages = B * u.max_pages + 3; /* 3 unused pages */
@@ -242,12 +255,15 @@ static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_contex
     u.vc = malloc((size_t)(u.rows * Hk * D));
     u.ks = malloc(sizeof(float) * (size_t)(u.rows * Hk));
     u.vs = malloc(sizeof(float) * (size_t)(u.rows * Hk));
-    for (int64_t i = 0; i < u.rows * Hk * D; i++) u.kc[i] = u.vc[i] = (uint8_t)tu_randint(0, 255);
-    for (int64_t i = 0; i < u.rows * Hk; i++) u.ks[i] = u.vs[i] = NAN; /* never read */
+    for (int64_t i = 0; i < u.rows * Hk * D; i++)
+        u.kc[i] = u.vc[i] = (uint8_t)tu_randint(0, 255);
+    for (int64_t i = 0; i < u.rows * Hk; i++)
+        u.ks[i] = u.vs[i] = NAN; /* never read */
     u.bt = malloc(sizeof(int32_t) * (size_t)(u.pages + 1));
     if (cc.page) { /* a shuffled table over the pool (pages 0..pages-1) */
         int32_t *perm = u.bt;
-        for (int64_t i = 0; i < u.pages; i++) perm[i] = (int32_t)i;
+        for (int64_t i = 0; i < u.pages; i++)
+            perm[i] = (int32_t)i;
         for (int64_t i = u.pages - 1; i > 0; i--) {
             const int64_t j = tu_randint(0, i);
             const int32_t t = perm[i];
@@ -265,7 +281,8 @@ static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_contex
             }
         }
     if (!c->token)
-        for (int64_t i = 0; i < B * Hk; i++) u.ks[i] = d->kss[i], u.vs[i] = d->vss[i];
+        for (int64_t i = 0; i < B * Hk; i++)
+            u.ks[i] = d->kss[i], u.vs[i] = d->vss[i];
 
     tu_tensor q, out, lse, kn, vn;
     const int64_t qs[4] = {B, Sq, H, D}, ls[3] = {B, H, Sq}, ns[4] = {B, c->S_new, Hk, D};
@@ -276,9 +293,11 @@ static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_contex
     tu_alloc(&vn, c->qdt, 4, ns, TU_CONTIG);
     tu_scatter(&q, d->q);
     double *tmp = dalloc(B * c->S_new * Hk * D);
-    for (int64_t i = 0; i < B * c->S_new * Hk * D; i++) tmp[i] = d->knew[i];
+    for (int64_t i = 0; i < B * c->S_new * Hk * D; i++)
+        tmp[i] = d->knew[i];
     tu_scatter(&kn, tmp);
-    for (int64_t i = 0; i < B * c->S_new * Hk * D; i++) tmp[i] = d->vnew[i];
+    for (int64_t i = 0; i < B * c->S_new * Hk * D; i++)
+        tmp[i] = d->vnew[i];
     tu_scatter(&vn, tmp);
     free(tmp);
     tu_poison(&out);
@@ -293,12 +312,16 @@ static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_contex
     kv.k_scale = fa_tensor_contiguous(u.ks, FA_DTYPE_F32, c->token ? 3 : 2, c->token ? ts : fs);
     kv.v_scale = fa_tensor_contiguous(u.vs, FA_DTYPE_F32, c->token ? 3 : 2, c->token ? ts : fs);
     int32_t seqlens[MAXB], pads[MAXB];
-    for (int64_t b = 0; b < B; b++) seqlens[b] = (int32_t)c->lens[b], pads[b] = (int32_t)b;
+    for (int64_t b = 0; b < B; b++)
+        seqlens[b] = (int32_t)c->lens[b], pads[b] = (int32_t)b;
     const int64_t bs[1] = {B}, bts[2] = {B, u.max_pages};
     kv.cache_seqlens = fa_tensor_contiguous(seqlens, FA_DTYPE_I32, 1, bs);
-    if (c->leftpad) kv.cache_leftpad = fa_tensor_contiguous(pads, FA_DTYPE_I32, 1, bs);
-    if (cc.page) kv.block_table = fa_tensor_contiguous(u.bt, FA_DTYPE_I32, 2, bts);
-    if (c->S_new) kv.k_new = kn.t, kv.v_new = vn.t;
+    if (c->leftpad)
+        kv.cache_leftpad = fa_tensor_contiguous(pads, FA_DTYPE_I32, 1, bs);
+    if (cc.page)
+        kv.block_table = fa_tensor_contiguous(u.bt, FA_DTYPE_I32, 2, bts);
+    if (c->S_new)
+        kv.k_new = kn.t, kv.v_new = vn.t;
     float *cosf_ = NULL, *sinf_ = NULL;
     if (c->rotary) {
         cosf_ = malloc(sizeof(float) * (size_t)(d->ro * (D / 4)));
@@ -332,7 +355,8 @@ static qresult run(const qcase *c, const qdata *d, int paged_as_given, fa_contex
     for (int64_t b = 0; b < B; b++)
         for (int64_t s = 0; s < cap; s++) {
             const int64_t l = b * cap + s;
-            if (cc.page && s / cc.page >= u.max_pages) continue;
+            if (cc.page && s / cc.page >= u.max_pages)
+                continue;
             const int64_t rr = cache_row(&cc, &u, b, s);
             memcpy(r.kc + l * Hk * D, u.kc + rr * Hk * D, (size_t)(Hk * D));
             memcpy(r.vc + l * Hk * D, u.vc + rr * Hk * D, (size_t)(Hk * D));
@@ -365,7 +389,8 @@ static void check_case(const qcase *c, const qdata *d, const qresult *r) {
                     const uint8_t *got = (t ? r->vc : r->kc) + l * D;
                     const float gs = (t ? r->vs : r->ks)[l];
                     uint8_t want[256];
-                    float ws = c->token ? (t ? d->vss : d->kss)[l] : (t ? d->vss : d->kss)[b * Hk + h];
+                    float ws =
+                        c->token ? (t ? d->vss : d->kss)[l] : (t ? d->vss : d->kss)[b * Hk + h];
                     if (s < c->lens[b]) {
                         memcpy(want, (t ? d->vq : d->kq) + l * D, (size_t)D);
                     } else {
@@ -373,31 +398,39 @@ static void check_case(const qcase *c, const qdata *d, const qresult *r) {
                                          ((b * c->S_new + s - c->lens[b]) * Hk + h) * D;
                         if (t == 0 && c->rotary) { /* rotated in fp32 there: within a step */
                             double xr[256];
-                            for (int64_t e = 0; e < D; e++) xr[e] = x[e];
+                            for (int64_t e = 0; e < D; e++)
+                                xr[e] = x[e];
                             rotate64(c, d, s, xr);
                             double mx = 0.0;
-                            for (int64_t e = 0; e < D; e++) mx = fmax(mx, fabs(xr[e]));
+                            for (int64_t e = 0; e < D; e++)
+                                mx = fmax(mx, fabs(xr[e]));
                             for (int64_t e = 0; e < D; e++) {
                                 const double v = stored_value(c->cdt, got[e]) * gs;
                                 const double step = c->cdt == FA_DTYPE_I8
                                                         ? (double)gs
                                                         : fmax(fabs(xr[e]) / 4, (double)gs / 64);
                                 if (!(fabs(v - xr[e]) <= 0.5 * step + 1e-6 * mx) && bad++ < 3)
-                                    CHECK_MSG(0, "rotated k_new b=%lld s=%lld h=%lld e=%lld: "
-                                              "%.9g, rotated %.9g (scale %g)", (long long)b,
-                                              (long long)s, (long long)h, (long long)e, v, xr[e],
-                                              (double)gs);
+                                    CHECK_MSG(0,
+                                              "rotated k_new b=%lld s=%lld h=%lld e=%lld: "
+                                              "%.9g, rotated %.9g (scale %g)",
+                                              (long long)b, (long long)s, (long long)h,
+                                              (long long)e, v, xr[e], (double)gs);
                             }
                             continue;
                         }
-                        if (c->token) ws = quantize_row(c->cdt, x, D, want);
+                        if (c->token)
+                            ws = quantize_row(c->cdt, x, D, want);
                         else
-                            for (int64_t e = 0; e < D; e++) want[e] = quantize(c->cdt, x[e] / ws);
+                            for (int64_t e = 0; e < D; e++)
+                                want[e] = quantize(c->cdt, x[e] / ws);
                     }
-                    const int same_scale = memcmp(&gs, &ws, sizeof gs) == 0 || (isnan(gs) && isnan(ws));
+                    const int same_scale =
+                        memcmp(&gs, &ws, sizeof gs) == 0 || (isnan(gs) && isnan(ws));
                     if ((memcmp(got, want, (size_t)D) || !same_scale) && bad++ < 3)
-                        CHECK_MSG(0, "%s cache b=%lld s=%lld h=%lld: bytes or scale (%g, want %g) "
-                                  "differ", t ? "v" : "k", (long long)b, (long long)s, (long long)h,
+                        CHECK_MSG(0,
+                                  "%s cache b=%lld s=%lld h=%lld: bytes or scale (%g, want %g) "
+                                  "differ",
+                                  t ? "v" : "k", (long long)b, (long long)s, (long long)h,
                                   (double)gs, (double)ws);
                 }
             }
@@ -423,7 +456,8 @@ static void check_case(const qcase *c, const qdata *d, const qresult *r) {
                         vx[o + e] = d->vnew[n + e];
                     }
                 }
-                if (c->rotary && s >= c->lens[b]) rotate64(c, d, s, kx + o);
+                if (c->rotary && s >= c->lens[b])
+                    rotate64(c, d, s, kx + o);
             }
         double *q = dalloc(Sq * H * D);
         memcpy(q, d->q + b * Sq * H * D, sizeof(double) * (size_t)(Sq * H * D));
@@ -433,9 +467,16 @@ static void check_case(const qcase *c, const qdata *d, const qresult *r) {
                 for (int64_t h = 0; h < H; h++)
                     rotate64(c, d, c->lens[b] + (shift ? i : 0), q + (i * H + h) * D);
         }
-        ref_problem p = {.B = 1, .Sq = Sq, .Sk = sk, .H = H, .Hk = Hk, .D = D,
-                         .scale = 1.0 / sqrt((double)D), .causal = c->causal,
-                         .window_left = c->wl, .window_right = c->causal ? 0 : c->wr,
+        ref_problem p = {.B = 1,
+                         .Sq = Sq,
+                         .Sk = sk,
+                         .H = H,
+                         .Hk = Hk,
+                         .D = D,
+                         .scale = 1.0 / sqrt((double)D),
+                         .causal = c->causal,
+                         .window_left = c->wl,
+                         .window_right = c->causal ? 0 : c->wr,
                          .softcap = c->softcap};
         double *ref = dalloc(Sq * H * D), *lref = dalloc(H * Sq), *naive = dalloc(Sq * H * D);
         double *lnaive = dalloc(H * Sq), *size = dalloc(H * Sq), *exact = dalloc(Sq * H * D);
@@ -465,11 +506,14 @@ static const int k_qdts[3] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
 static void describe(const qcase *c) {
     CASE_BEGIN("q %s cache %s %s B=%lld Sq=%lld H=%lld Hk=%lld D=%lld cap=%lld page=%lld "
                "S_new=%lld causal=%d w=(%d,%d) softcap=%g rotary=%d leftpad=%d lens=%lld,%lld",
-               tu_dtype_name(c->qdt), c->cdt == FA_DTYPE_I8 ? "i8" : c->cdt == FA_DTYPE_F8_E4M3 ?
-               "e4m3" : "e5m2", c->token ? "per-token" : "per-head", (long long)c->B,
-               (long long)c->Sq, (long long)c->H, (long long)c->Hk, (long long)c->D,
-               (long long)c->cap, (long long)c->page, (long long)c->S_new, c->causal, c->wl,
-               c->wr, c->softcap, c->rotary, c->leftpad, (long long)c->lens[0],
+               tu_dtype_name(c->qdt),
+               c->cdt == FA_DTYPE_I8        ? "i8"
+               : c->cdt == FA_DTYPE_F8_E4M3 ? "e4m3"
+                                            : "e5m2",
+               c->token ? "per-token" : "per-head", (long long)c->B, (long long)c->Sq,
+               (long long)c->H, (long long)c->Hk, (long long)c->D, (long long)c->cap,
+               (long long)c->page, (long long)c->S_new, c->causal, c->wl, c->wr, c->softcap,
+               c->rotary, c->leftpad, (long long)c->lens[0],
                (long long)(c->B > 1 ? c->lens[1] : -1));
 }
 
@@ -488,15 +532,19 @@ static qcase random_case(int i, int long_cache) {
     c.page = pages[tu_randint(0, 3)];
     c.causal = tu_randint(0, 1);
     c.wl = c.wr = -1;
-    if (tu_randint(0, 3) == 0) c.wl = (int)tu_randint(0, 50);
-    if (!c.causal && tu_randint(0, 3) == 0) c.wr = (int)tu_randint(0, 20);
+    if (tu_randint(0, 3) == 0)
+        c.wl = (int)tu_randint(0, 50);
+    if (!c.causal && tu_randint(0, 3) == 0)
+        c.wr = (int)tu_randint(0, 20);
     c.softcap = tu_randint(0, 4) == 0 ? 5.0 : 0.0;
     c.rotary = c.S_new && tu_randint(0, 2) == 0 ? (int)tu_randint(1, 2) : 0;
-    if (c.rotary && c.D % 4) c.rotary = 0; /* rotary_dim = D/2 must be even */
+    if (c.rotary && c.D % 4)
+        c.rotary = 0; /* rotary_dim = D/2 must be even */
     c.leftpad = !c.page && tu_randint(0, 3) == 0;
     for (int64_t b = 0; b < c.B; b++) {
         c.lens[b] = tu_randint(c.leftpad ? b : 0, c.cap - c.S_new);
-        if (long_cache) c.lens[b] = c.cap - c.S_new - b;
+        if (long_cache)
+            c.lens[b] = c.cap - c.S_new - b;
     }
     return c;
 }
@@ -508,7 +556,8 @@ static void group_random(void) {
         qdata d;
         draw(&c, &d);
         qresult r = run(&c, &d, 1, NULL);
-        if (r.st == FA_OK) check_case(&c, &d, &r);
+        if (r.st == FA_OK)
+            check_case(&c, &d, &r);
         qresult_free(&r);
         qdata_free(&d);
         CASE_END();
@@ -528,7 +577,8 @@ static void group_determinism(void) {
         qcase c = random_case(i * 4 + 1, 1);
         c.Sq = i % 2 ? 1 : 2;
         c.leftpad = 0;
-        if (!c.page) c.page = 16;
+        if (!c.page)
+            c.page = 16;
         c.rotary = 0; /* the layouts are compared through the same appended bytes */
         describe(&c);
         qdata d;
@@ -553,8 +603,18 @@ static void group_determinism(void) {
  * while a batch that does not see it stays finite. */
 static void group_nan(void) {
     for (int i = 0; i < 3; i++) {
-        qcase c = {.qdt = FA_DTYPE_F32, .cdt = k_cdts[i], .token = 1, .B = 2, .Sq = 1, .H = 4,
-                   .Hk = 2, .D = 32, .cap = 64, .S_new = 1, .wl = -1, .wr = -1,
+        qcase c = {.qdt = FA_DTYPE_F32,
+                   .cdt = k_cdts[i],
+                   .token = 1,
+                   .B = 2,
+                   .Sq = 1,
+                   .H = 4,
+                   .Hk = 2,
+                   .D = 32,
+                   .cap = 64,
+                   .S_new = 1,
+                   .wl = -1,
+                   .wr = -1,
                    .lens = {10, 20}};
         describe(&c);
         qdata d;
@@ -567,7 +627,8 @@ static void group_nan(void) {
             for (int64_t h = 0; h < c.H; h++) {
                 const int sees = h / (c.H / c.Hk) == 0; /* query heads of KV head 0 */
                 const double o = r.out[h * c.D], o1 = r.out[(c.H + h) * c.D];
-                CHECK_MSG(sees ? isnan(o) : isfinite(o), "batch 0 head %lld: out %g", (long long)h, o);
+                CHECK_MSG(sees ? isnan(o) : isfinite(o), "batch 0 head %lld: out %g", (long long)h,
+                          o);
                 CHECK_MSG(isfinite(o1), "batch 1 head %lld: out %g", (long long)h, o1);
             }
         }
@@ -589,12 +650,18 @@ typedef struct efix {
 } efix;
 
 static void efix_init(efix *f) {
-    for (size_t i = 0; i < sizeof f->kc; i++) f->kc[i] = (int8_t)tu_randint(-127, 127);
-    for (size_t i = 0; i < sizeof f->vc; i++) f->vc[i] = (int8_t)tu_randint(-127, 127);
-    for (int i = 0; i < 32; i++) f->ks[i] = f->vs[i] = (float)(0.01 + tu_uniform() * 0.01);
-    for (int i = 0; i < 4; i++) f->fixed[i] = 0.02f;
-    for (int i = 0; i < 128; i++) f->q[i] = (float)tu_normal(), f->out[i] = NAN;
-    for (int i = 0; i < 64; i++) f->kn[i] = (float)tu_normal(), f->vn[i] = (float)tu_normal();
+    for (size_t i = 0; i < sizeof f->kc; i++)
+        f->kc[i] = (int8_t)tu_randint(-127, 127);
+    for (size_t i = 0; i < sizeof f->vc; i++)
+        f->vc[i] = (int8_t)tu_randint(-127, 127);
+    for (int i = 0; i < 32; i++)
+        f->ks[i] = f->vs[i] = (float)(0.01 + tu_uniform() * 0.01);
+    for (int i = 0; i < 4; i++)
+        f->fixed[i] = 0.02f;
+    for (int i = 0; i < 128; i++)
+        f->q[i] = (float)tu_normal(), f->out[i] = NAN;
+    for (int i = 0; i < 64; i++)
+        f->kn[i] = (float)tu_normal(), f->vn[i] = (float)tu_normal();
     f->lens[0] = 3, f->lens[1] = 5;
     const int64_t cs[4] = {2, 8, 2, 16}, ss[3] = {2, 8, 2}, qs[4] = {2, 1, 4, 16},
                   ns[4] = {2, 1, 2, 16}, bs[1] = {2};
@@ -610,12 +677,29 @@ static void efix_init(efix *f) {
     f->tout = fa_tensor_contiguous(f->out, FA_DTYPE_F32, 4, qs);
 }
 
-typedef enum { E_NO_KSCALE, E_NO_VSCALE, E_SCALE_DTYPE, E_SCALE_SHAPE, E_SCALE_NDIM,
-               E_SCALE_16BIT, E_FIXED_ZERO, E_FIXED_NAN, E_FIXED_INF, E_MIXED, E_V16, E_Q8, E_CUDA,
-               E_SIZE, E_COUNT } ekind;
+typedef enum {
+    E_NO_KSCALE,
+    E_NO_VSCALE,
+    E_SCALE_DTYPE,
+    E_SCALE_SHAPE,
+    E_SCALE_NDIM,
+    E_SCALE_16BIT,
+    E_FIXED_ZERO,
+    E_FIXED_NAN,
+    E_FIXED_INF,
+    E_MIXED,
+    E_V16,
+    E_Q8,
+    E_CUDA,
+    E_SIZE,
+    E_COUNT
+} ekind;
 
 static void group_errors(void) {
-    static const struct { fa_status st; const char *word; } want[E_COUNT] = {
+    static const struct {
+        fa_status st;
+        const char *word;
+    } want[E_COUNT] = {
         [E_NO_KSCALE] = {FA_ERR_NULL_POINTER, "kv.k_scale"},
         [E_NO_VSCALE] = {FA_ERR_NULL_POINTER, "kv.v_scale"},
         [E_SCALE_DTYPE] = {FA_ERR_DTYPE, "kv.k_scale"},
@@ -638,11 +722,21 @@ static void group_errors(void) {
         fa_tensor q = f.tq;
         const int64_t cs[4] = {2, 8, 2, 16}, fs[2] = {2, 2}, bad[3] = {2, 7, 2};
         switch ((ekind)e) {
-        case E_NO_KSCALE: f.kv.k_scale.data = NULL; break;
-        case E_NO_VSCALE: f.kv.v_scale.data = NULL; break;
-        case E_SCALE_DTYPE: f.kv.k_scale.dtype = FA_DTYPE_F16; break;
-        case E_SCALE_SHAPE: f.kv.v_scale = fa_tensor_contiguous(f.vs, FA_DTYPE_F32, 3, bad); break;
-        case E_SCALE_NDIM: f.kv.k_scale = fa_tensor_contiguous(f.ks, FA_DTYPE_F32, 4, cs); break;
+        case E_NO_KSCALE:
+            f.kv.k_scale.data = NULL;
+            break;
+        case E_NO_VSCALE:
+            f.kv.v_scale.data = NULL;
+            break;
+        case E_SCALE_DTYPE:
+            f.kv.k_scale.dtype = FA_DTYPE_F16;
+            break;
+        case E_SCALE_SHAPE:
+            f.kv.v_scale = fa_tensor_contiguous(f.vs, FA_DTYPE_F32, 3, bad);
+            break;
+        case E_SCALE_NDIM:
+            f.kv.k_scale = fa_tensor_contiguous(f.ks, FA_DTYPE_F32, 4, cs);
+            break;
         case E_SCALE_16BIT: /* fp32 caches like q (too small: fails before any read) */
             f.kv.k_cache.dtype = f.kv.v_cache.dtype = FA_DTYPE_F32;
             break;
@@ -657,16 +751,25 @@ static void group_errors(void) {
                 f.kv.k_scale = fa_tensor_contiguous(kf, FA_DTYPE_F32, 2, fs);
             }
             break;
-        case E_MIXED: f.kv.v_cache.dtype = FA_DTYPE_F8_E4M3; break;
-        case E_V16: f.kv.v_cache.dtype = FA_DTYPE_F32; break; /* like q, with an 8-bit k */
-        case E_Q8: q.dtype = FA_DTYPE_I8; break;
+        case E_MIXED:
+            f.kv.v_cache.dtype = FA_DTYPE_F8_E4M3;
+            break;
+        case E_V16:
+            f.kv.v_cache.dtype = FA_DTYPE_F32;
+            break; /* like q, with an 8-bit k */
+        case E_Q8:
+            q.dtype = FA_DTYPE_I8;
+            break;
         case E_CUDA: /* refused before any plug-in is looked for (none is loaded here) */
             q.device = f.tout.device = FA_DEVICE_CUDA;
             f.kv.k_cache.device = f.kv.v_cache.device = f.kv.k_scale.device = FA_DEVICE_CUDA;
             f.kv.v_scale.device = f.kv.k_new.device = f.kv.v_new.device = FA_DEVICE_CUDA;
             break;
-        case E_SIZE: f.kv.struct_size = (uint32_t)offsetof(fa_kvcache, k_scale) + 8; break;
-        case E_COUNT: break;
+        case E_SIZE:
+            f.kv.struct_size = (uint32_t)offsetof(fa_kvcache, k_scale) + 8;
+            break;
+        case E_COUNT:
+            break;
         }
         memcpy(&before, &f, sizeof f);
         const fa_status st = fa_forward_kvcache(NULL, NULL, &q, &f.kv, &f.tout, NULL);
@@ -675,7 +778,8 @@ static void group_errors(void) {
         CHECK_MSG(tu_contains_word(fa_last_error_message(), want[e].word),
                   "message '%s' does not name %s", fa_last_error_message(), want[e].word);
         CHECK_MSG(!memcmp(f.kc, before.kc, sizeof f.kc) && !memcmp(f.vc, before.vc, sizeof f.vc) &&
-                      !memcmp(f.ks, before.ks, sizeof f.ks) && !memcmp(f.vs, before.vs, sizeof f.vs) &&
+                      !memcmp(f.ks, before.ks, sizeof f.ks) &&
+                      !memcmp(f.vs, before.vs, sizeof f.vs) &&
                       !memcmp(f.out, before.out, sizeof f.out),
                   "something was written");
         CASE_END();
@@ -692,8 +796,10 @@ static void group_errors(void) {
     /* a caller built before the scales: its struct_size is accepted, its caches 16-bit */
     CASE_BEGIN("fa_kvcache without the scale fields");
     float kc[1 * 4 * 1 * 16], vc[1 * 4 * 1 * 16], q1[16], out1[16];
-    for (int i = 0; i < 64; i++) kc[i] = (float)tu_normal(), vc[i] = (float)tu_normal();
-    for (int i = 0; i < 16; i++) q1[i] = (float)tu_normal();
+    for (int i = 0; i < 64; i++)
+        kc[i] = (float)tu_normal(), vc[i] = (float)tu_normal();
+    for (int i = 0; i < 16; i++)
+        q1[i] = (float)tu_normal();
     const int64_t c4[4] = {1, 4, 1, 16}, q4[4] = {1, 1, 1, 16};
     fa_kvcache kv;
     fa_kvcache_init(&kv);
@@ -711,14 +817,19 @@ static void group_errors(void) {
 int main(int argc, char **argv) {
     tu_seed_init("test_kvcache_q8");
     const char *only = argc > 1 ? argv[1] : "";
-    if (!*only || strstr(only, "random")) group_random();
-    if (!*only || strstr(only, "determinism")) group_determinism();
-    if (!*only || strstr(only, "nan")) group_nan();
-    if (!*only || strstr(only, "errors")) group_errors();
+    if (!*only || strstr(only, "random"))
+        group_random();
+    if (!*only || strstr(only, "determinism"))
+        group_determinism();
+    if (!*only || strstr(only, "nan"))
+        group_nan();
+    if (!*only || strstr(only, "errors"))
+        group_errors();
     static const char *fmt[3] = {"i8", "e4m3", "e5m2"};
     for (int i = 0; i < 3; i++)
         printf("format error (max |out - out_exact| / max|out_exact|) %s: per token %.3g, per "
-               "(batch, head) %.3g\n", fmt[i], g_format_err[i][0], g_format_err[i][1]);
+               "(batch, head) %.3g\n",
+               fmt[i], g_format_err[i][0], g_format_err[i][1]);
     for (int i = 0; i < 3; i++)
         if (g_stats[i].cases)
             printf("kernel error vs the dequantized cache, q %s: max rel %.3g over %ld cases\n",

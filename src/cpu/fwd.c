@@ -111,9 +111,10 @@ static int64_t block_positions(int64_t g) {
 
 /* How many rows decode's products take before the prefill's packed ones do better (on Zen 4,
  * bench/results/2026-12-04-decode-few-tokens.md): fp16 rows (and 8-bit ones), which the prefill
- * widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot product up to
- * 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads per KV head); fp32
- * rows, which serve the prefill's packs as they are, as the kernel set says (decode_rows_f32). */
+ * widens to fp32 packs, up to 64 (at 64: 0.81-1.00 of the prefill's time); bf16 on the bf16 dot
+ * product up to 32 (at 64, 1.14-1.27 of the prefill's time with one or eight query heads per KV
+ * head); fp32 rows, which serve the prefill's packs as they are, as the kernel set says
+ * (decode_rows_f32). */
 static int64_t decode_rows(const fa__problem *p, const fa__cpu_kernels *kern) {
     const int widened = p->k.dtype == FA_DTYPE_F16 || p->k.scale != NULL ||
                         (p->k.dtype == FA_DTYPE_BF16 && kern->qk_bf16 == NULL);
@@ -560,7 +561,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
      * qk_bf16 applies the scale in fp32); everything else computes in fp32. */
     const fa__score_path path = score_path(p, kern, pl->decode_rows, pl->g, sq, nr);
     const int rows = path != FA_SCORES_PACKED, dbf = path == FA_SCORES_ROWS_BF16;
-    const int bf16 = !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL && !p->k.scale;
+    const int bf16 =
+        !rows && p->q.dtype == FA_DTYPE_BF16 && kern->qk_bf16 != NULL && !p->k.scale;
     const int64_t D2 = (D + 1) / 2, ldq = bf16 || dbf ? D2 : D;
     const int v_in_place = fa__rows_in_place(&p->v, kern);
     for (int64_t r = 0; r < t->nh * R; r++) {
@@ -658,7 +660,8 @@ static void run_rows(const fwd_plan *pl, fwd_rows *t, int64_t j_lo, int64_t j_hi
                 } else if (bf16) {
                     uint32_t *P2 = t->P2 + r0 * (FA_BC / 2);
                     for (int64_t r = 0; r < len; r++)
-                        kern->to_bf16((int)n, S + (r0 + r) * FA_BC, (uint16_t *)(P2 + r * (FA_BC / 2)));
+                        kern->to_bf16((int)n, S + (r0 + r) * FA_BC,
+                                      (uint16_t *)(P2 + r * (FA_BC / 2)));
                     kern->pv_bf16((int)len, (int)(n + 1) / 2, (int)Dv, P2, FA_BC / 2,
                                   (const uint32_t *)t->Vpack, Dv, t->alpha + r0, O + r0 * Dv, Dv);
                 } else {
@@ -800,11 +803,13 @@ static void head_packs(fwd_plan *pl, int nthreads) {
     for (int64_t b = 0; b < p->B; b++) sk = fa__seqlen_k(p, b) > sk ? fa__seqlen_k(p, b) : sk;
     pl->hp = NULL, pl->hp_head = NULL;
     /* decode reads K/V rows in place, and bf16 products pack bf16 pairs block by block */
-    const int bf16 = p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL && !p->k.scale;
+    const int bf16 =
+        p->q.dtype == FA_DTYPE_BF16 && pl->kern->qk_bf16 != NULL && !p->k.scale;
     if (sk == 0 || bf16 || (pl->kern->qk_rows && pl->g * p->Sq <= pl->decode_rows))
         return;
     pl->hp_chunks = (sk + FA_BC - 1) / FA_BC;
-    const int64_t v = fa__rows_in_place(&p->v, pl->kern) ? 0 : fa__size_mul(sk, pl->ldv); /* V rows */
+    const int64_t v =
+        fa__rows_in_place(&p->v, pl->kern) ? 0 : fa__size_mul(sk, pl->ldv); /* V rows */
     const int64_t floats = fa__size_round_up(
         fa__size_add(fa__size_mul(fa__size_mul(pl->hp_chunks, p->D), pl->ldk), v), FA_ALIGN);
     if (floats < 0 || fa__size_mul(floats, sizeof(float)) > (int64_t)FA_HEAD_PACK_MAX) return;

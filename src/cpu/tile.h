@@ -52,9 +52,9 @@ void fa__store_f32(const fa__cpu_kernels *kern, void *dst, int32_t dtype, const 
 void fa__zero_rows(const fa__view *x, int64_t H, int64_t D, int64_t begin, int64_t end);
 
 /* n keys (or values) of head hk from row `row0`, D elements each (the view's head dim: D for
- * k, Dv for v), as fp32 in `pack` (8-bit caches: times each row's scale): rows [n, D] when transposed == 0, else [D, n], with row
- * stride ld (>= D, or >= n when transposed). tmp ([n, D]) holds converted rows on the way to a
- * transpose. Returns pack. */
+ * k, Dv for v), as fp32 in `pack` (8-bit caches: times each row's scale): rows [n, D] when
+ * transposed == 0, else [D, n], with row stride ld (>= D, or >= n when transposed). tmp
+ * ([n, D]) holds converted rows on the way to a transpose. Returns pack. */
 const float *fa__kv_block(int64_t D, const fa__cpu_kernels *kern, const fa__view *x, int64_t b,
                           int64_t row0, int64_t hk, int64_t n, int transposed, float *pack,
                           int64_t ld, float *tmp);
