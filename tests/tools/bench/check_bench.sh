@@ -129,14 +129,13 @@ got=$(sed -n 's/^fp16 \+\([0-9]*\) \+\([0-9]*\) \+[0-9.]*-[0-9.]*% | \+\(.*[^ ]\
 # 8-bit caches, filled by the library's append and checked against fp64 over the dequantized
 # cache: contiguous, head-major and paged (pages of 3, scattered), with 2 query tokens. Their
 # K+V MiB count the fp32 scales (2*B*L*Hk*(D + 4) bytes), tok/s is B*Sq over the median time and
-# x bf16 is there where the bf16 row of the same B and L ran before. FA_CPU_ISA=ref: the 8-bit
-# rows are read by the portable products (the SIMD ones do not read them yet).
+# x bf16 is there where the bf16 row of the same B and L ran before.
 for cfg in "bshd::bf16,i8,e4m3,e5m2:1" "bhsd::i8,bf16:1" "bshd:3:bf16,e4m3,e5m2,i8:2"; do
     IFS=: read -r layout ps dtypes sq <<<"$cfg"
     name=bench-decode-8bit-$layout$ps
     paged=()
     [ -z "$ps" ] || paged=(--page-size "$ps")
-    FA_CPU_ISA=ref "$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes "$dtypes" --runs 2 \
+    "$bin" bench-decode --lens 256,1000 --batches 1,3 --dtypes "$dtypes" --runs 2 \
         --probe-mib 8 --probe-passes 2 --layout "$layout" "${paged[@]}" --queries "$sq" \
         >"$out/$name.txt" || fail "bench-decode --dtypes $dtypes ($cfg) exited with $?"
     cat "$out/$name.txt"
@@ -170,7 +169,7 @@ done
 
 # the summary against bf16 recomputed from the rows' x bf16 (rows of 16384 tokens or more, how
 # many reach 1.70x, their range; then every row)
-FA_CPU_ISA=ref "$bin" bench-decode --lens 1000,16384 --batches 1 --dtypes bf16,i8 --runs 2 \
+"$bin" bench-decode --lens 1000,16384 --batches 1 --dtypes bf16,i8 --runs 2 \
     --probe-mib 8 --probe-passes 2 >"$out/bench-decode-8bit-target.txt" \
     || fail "bench-decode (8-bit target) exited with $?"
 cat "$out/bench-decode-8bit-target.txt"
@@ -196,7 +195,7 @@ got=$(awk '/^against bf16: / { on = 1 }
 # the accuracy table: every row's kernel checked by the command (fp32 q and out against fp64
 # over the dequantized cache); the formats' errors ordered as their precision: on normal inputs
 # bf16 < int8 < e4m3 < e5m2 (mean e); on outliers int8's per-token scale loses to e4m3's
-FA_CPU_ISA=ref "$bin" bench-decode --accuracy --lens 64,300 >"$out/bench-decode-accuracy.txt" \
+"$bin" bench-decode --accuracy --lens 64,300 >"$out/bench-decode-accuracy.txt" \
     || fail "bench-decode --accuracy exited with $?"
 cat "$out/bench-decode-accuracy.txt"
 row='^(bf16|int8|e4m3|e5m2) +(-|per token|per \(B, Hk\)) +(normal|outliers) +(64|300) '

@@ -129,13 +129,45 @@ static void pv_t_avx2(int m, int n, int d, const float *pt, int64_t ldp, const f
     gemm(m, d, n, pt, ldp, 1, v, ldv, alpha, o, ldo);
 }
 
+/* Is dtype an 8-bit cache's (i8, f8_e4m3, f8_e5m2)? A constant where dtype is. */
+static inline __attribute__((always_inline)) int is_8bit(int32_t dtype) {
+    return dtype == FA_DTYPE_I8 || dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2;
+}
+
+/* The 8 stored values in the low 8 bytes of b, of an 8-bit cache row, as fp32: i8 sign-extended
+ * and converted; e5m2 as the upper byte of an fp16 (F16C, which widens subnormals, infinities
+ * and NaN exactly); e4m3fn as the fp16 S.0EEEE.MMM0000000, which is 2^-8 times its value
+ * (subnormals too), the NaN code S.1111.111 made the fp16 NaN 0xffff. The factor 2^8 is left to
+ * the caller (e4m3_unit): once per sum in the products, not once per element. */
+static inline __attribute__((always_inline)) __m256 cvt8(__m128i b, int32_t dtype) {
+    if (dtype == FA_DTYPE_I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    if (dtype == FA_DTYPE_F8_E5M2)
+        return _mm256_cvtph_ps(_mm_unpacklo_epi8(_mm_setzero_si128(), b));
+    const __m128i s = _mm_slli_epi16(_mm_cvtepi8_epi16(b), 7); /* S.S.EEEE.MMM0000000 */
+    const __m128i nan = _mm_cmpeq_epi16(_mm_or_si128(s, _mm_set1_epi16((short)0xc07f)),
+                                        _mm_set1_epi16(-1)); /* EEEE.MMM all ones */
+    return _mm256_cvtph_ps(_mm_or_si128(_mm_and_si128(s, _mm_set1_epi16((short)0xbfff)), nan));
+}
+
+/* x times 2^8 where dtype is e4m3 (cvt8 loads 2^-8 times its values), exactly; else x. */
+static inline __attribute__((always_inline)) __m256 e4m3_unit(__m256 x, int32_t dtype) {
+    return dtype == FA_DTYPE_F8_E4M3 ? _mm256_mul_ps(x, _mm256_set1_ps(256.0f)) : x;
+}
+
 /* 8 elements of a row of any dtype from element c on (fewer than 8 left: zero-filled, never
- * reading past the row). */
+ * reading past the row); an e4m3 row's as cvt8 gives them, 2^-8 times their values. */
 static inline __attribute__((always_inline)) __m256 load8(const void *row, int32_t dtype, int c,
                                                           int left) {
     if (dtype == FA_DTYPE_F32)
         return left >= 8 ? _mm256_loadu_ps((const float *)row + c)
                          : _mm256_maskload_ps((const float *)row + c, lanes(left));
+    if (is_8bit(dtype)) {
+        const uint8_t *b = (const uint8_t *)row + c;
+        if (left >= 8) return cvt8(_mm_loadl_epi64((const __m128i *)b), dtype);
+        uint8_t part[8] = {0};
+        for (int i = 0; i < left; i++) part[i] = b[i];
+        return cvt8(_mm_loadl_epi64((const __m128i *)part), dtype);
+    }
     __m128i h;
     if (left >= 8) {
         h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
@@ -148,14 +180,26 @@ static inline __attribute__((always_inline)) __m256 load8(const void *row, int32
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* F16C for fp16, a 16-bit shift for bf16, through load8; tails through a masked store. */
-static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, float *dst) {
+/* to_f32 on rows of dtype DT (a constant, or f32/f16/bf16 at run time): e4m3's 2^8 (exact),
+ * then the scale (rounded once), as scale · fa__row_load. */
+static inline __attribute__((always_inline)) void to_f32_dt(int n, const void *src,
+                                                            const int32_t DT, float scale,
+                                                            float *dst) {
     const __m256 s = _mm256_set1_ps(scale);
     for (int t = 0; t < n; t += 8) {
-        const __m256 x = _mm256_mul_ps(s, load8(src, dtype, t, n - t));
+        const __m256 x = _mm256_mul_ps(s, e4m3_unit(load8(src, DT, t, n - t), DT));
         if (n - t >= 8) _mm256_storeu_ps(dst + t, x);
         else _mm256_maskstore_ps(dst + t, lanes(n - t), x);
     }
+}
+
+/* F16C for fp16, a 16-bit shift for bf16, cvt8 for the 8-bit caches, through load8; tails
+ * through a masked store. */
+static void to_f32_avx2(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    if (dtype == FA_DTYPE_I8) to_f32_dt(n, src, FA_DTYPE_I8, scale, dst);
+    else if (dtype == FA_DTYPE_F8_E4M3) to_f32_dt(n, src, FA_DTYPE_F8_E4M3, scale, dst);
+    else if (dtype == FA_DTYPE_F8_E5M2) to_f32_dt(n, src, FA_DTYPE_F8_E5M2, scale, dst);
+    else to_f32_dt(n, src, dtype, scale, dst); /* f32, f16, bf16: picked per load, as before */
 }
 
 /* bf16 of 8 fp32 lanes, round to nearest even on the bits (as convert.h); NaN stays quiet. */
@@ -262,8 +306,12 @@ qk_rows_tile(int m, int i0, int n, int j0, const int NK, int d, const float *q, 
     if (c < d) FA_QK_STEP(d - c);
 #undef FA_QK_STEP
     float out[12];
-    _mm256_storeu_ps(out, sum8(acc));
-    if (NK > 2) _mm_storeu_ps(out + 8, sum4(acc + 8));
+    _mm256_storeu_ps(out, e4m3_unit(sum8(acc), DT));
+    if (NK > 2) {
+        const __m128 s4 = sum4(acc + 8);
+        _mm_storeu_ps(out + 8,
+                      DT == FA_DTYPE_F8_E4M3 ? _mm_mul_ps(s4, _mm_set1_ps(256.0f)) : s4);
+    }
     for (int ii = 0; ii < 4 && i0 + ii < m; ii++)
         for (int jj = 0; jj < NK && j0 + jj < n; jj++)
             s[(i0 + ii) * lds + j0 + jj] = out[jj < 2 ? 2 * ii + jj : 8 + ii];
@@ -322,7 +370,7 @@ qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t ldq, const voi
     if (c < d) FA_QK_FEW_STEP(d - c);
 #undef FA_QK_FEW_STEP
     float out[8];
-    _mm256_storeu_ps(out, sum8(acc));
+    _mm256_storeu_ps(out, e4m3_unit(sum8(acc), DT));
     for (int ii = 0; ii < TR; ii++)
         for (int jj = 0; jj < NK && j0 + jj < n; jj++) s[ii * lds + j0 + jj] = out[NK * ii + jj];
 }
@@ -341,7 +389,7 @@ qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq, const void *const
 static __attribute__((noinline)) void qk_rows_few(int rows, int n, int d, const float *q,
                                                   int64_t ldq, const void *const *k, int32_t dtype,
                                                   float *s, int64_t lds, const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, s, lds, pf));
+    FA_BY_ROW_DTYPE(dtype, qk_few_dt(rows, n, d, q, ldq, k, FA_DT, s, lds, pf));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_rows_few. Every dtype
@@ -352,7 +400,7 @@ static void qk_rows_avx2(int m, int n, int d, const float *q, int64_t ldq, const
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        FA_BY_DTYPE(dtype, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, s, lds, pf));
+        FA_BY_ROW_DTYPE(dtype, qk_rows_dt(m4, n, d, q, ldq, k, FA_DT, s, lds, pf));
         pf = NULL; /* asked for already */
     }
     if (few) qk_rows_few(few, n, d, q + m4 * ldq, ldq, k, dtype, s + m4 * lds, lds, pf);
@@ -425,7 +473,8 @@ pv_rows_tile(int m, int i0, int n, int d, int c, const int W, const int EO, cons
         for (int ii = 0; ii < rows; ii++) {
             float *oi = o + (i0 + ii) * ldo + c + 8 * w;
             const __m256 x = _mm256_fmadd_ps(_mm256_set1_ps(alpha[i0 + ii]),
-                                             load8(oi, FA_DTYPE_F32, 0, left), acc[w][ii]);
+                                             load8(oi, FA_DTYPE_F32, 0, left),
+                                             e4m3_unit(acc[w][ii], DT));
             if (left >= 8) _mm256_storeu_ps(oi, x);
             else _mm256_maskstore_ps(oi, lanes(left), x);
         }
@@ -524,7 +573,8 @@ pv_rows_small(int TR, int n, int d, int c, const int W, const int EO, const int 
         for (int ii = 0; ii < TR; ii++) {
             float *oi = o + ii * ldo + c + 8 * w;
             const __m256 x = _mm256_fmadd_ps(_mm256_set1_ps(alpha[ii]),
-                                             load8(oi, FA_DTYPE_F32, 0, left), acc[ii][w]);
+                                             load8(oi, FA_DTYPE_F32, 0, left),
+                                             e4m3_unit(acc[ii][w], DT));
             if (left >= 8) _mm256_storeu_ps(oi, x);
             else _mm256_maskstore_ps(oi, lanes(left), x);
         }
@@ -564,7 +614,7 @@ static __attribute__((noinline)) void pv_rows_few(int rows, int n, int d, const 
                                                   int64_t ldp, const void *const *v, int32_t dtype,
                                                   const float *alpha, float *o, int64_t ldo,
                                                   const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+    FA_BY_ROW_DTYPE(dtype, pv_few_dt(rows, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_rows_few. Every dtype
@@ -574,7 +624,7 @@ static void pv_rows_avx2(int m, int n, int d, const float *p, int64_t ldp, const
                          const fa__prefetch *pf) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
     if (m4 > 0) {
-        FA_BY_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+        FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m4, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
         pf = NULL; /* asked for already */
     }
     if (few)

@@ -120,9 +120,48 @@ static void pv_t_avx512(int m, int n, int d, const float *pt, int64_t ldp, const
 }
 
 
-/* 16 elements of a row of any dtype from element c on (fewer than 16 left: zero-filled). */
+/* Is dtype an 8-bit cache's (i8, f8_e4m3, f8_e5m2)? A constant where dtype is. */
+FA_INLINE int is_8bit(int32_t dtype) {
+    return dtype == FA_DTYPE_I8 || dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2;
+}
+
+/* Bytes per element of a row of dtype. */
+FA_INLINE int elem_bytes(int32_t dtype) {
+    return dtype == FA_DTYPE_F32 ? 4 : is_8bit(dtype) ? 1 : 2;
+}
+
+/* The 16 stored values in b, of an 8-bit cache row, as fp32 (AVX2's 16-bit steps on a ymm, then
+ * vcvtph2ps): i8 sign-extended and converted; e5m2 as the upper byte of an fp16 (subnormals,
+ * infinities and NaN widen exactly); e4m3fn as the fp16 S.0EEEE.MMM0000000, which is 2^-8 times
+ * its value (subnormals too), the NaN code S.1111.111 made the fp16 NaN 0xffff. The factor 2^8
+ * is left to the caller (e4m3_unit): once per sum in the products, not once per element. */
+FA_INLINE __m512 cvt16(__m128i b, int32_t dtype) {
+    if (dtype == FA_DTYPE_I8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    if (dtype == FA_DTYPE_F8_E5M2)
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    const __m256i s = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7); /* S.S.EEEE.MMM0000000 */
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_or_si256(s, _mm256_set1_epi16((short)0xc07f)),
+                                           _mm256_set1_epi16(-1)); /* EEEE.MMM all ones */
+    return _mm512_cvtph_ps(
+        _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi16((short)0xbfff)), nan));
+}
+
+/* x times 2^8 where dtype is e4m3 (cvt16 loads 2^-8 times its values), exactly; else x. */
+FA_INLINE __m512 e4m3_unit(__m512 x, int32_t dtype) {
+    return dtype == FA_DTYPE_F8_E4M3 ? _mm512_mul_ps(x, _mm512_set1_ps(256.0f)) : x;
+}
+
+/* 16 elements of a row of any dtype from element c on (fewer than 16 left: zero-filled); an
+ * e4m3 row's as cvt16 gives them, 2^-8 times their values. */
 FA_INLINE __m512 load16(const void *row, int32_t dtype, int c, int left) {
     if (dtype == FA_DTYPE_F32) return _mm512_maskz_loadu_ps(tail_mask(left), (const float *)row + c);
+    if (is_8bit(dtype)) {
+        const uint8_t *b = (const uint8_t *)row + c;
+        if (left >= 16) return cvt16(_mm_loadu_si128((const __m128i *)b), dtype);
+        uint8_t part[16] = {0}; /* never read past the row */
+        for (int i = 0; i < left; i++) part[i] = b[i];
+        return cvt16(_mm_loadu_si128((const __m128i *)part), dtype);
+    }
     __m256i h;
     if (left >= 16) {
         h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
@@ -154,11 +193,21 @@ FA_INLINE void even_odd_order(__m512 *even, __m512 *odd) {
     *odd = _mm512_permutex2var_ps(e, hi, o);
 }
 
-/* vcvtph2ps for fp16, a 16-bit shift for bf16, through load16. */
-static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
+/* to_f32 on rows of dtype DT (a constant, or f32/f16/bf16 at run time): e4m3's 2^8 (exact),
+ * then the scale (rounded once), as scale · fa__row_load. */
+FA_INLINE void to_f32_dt(int n, const void *src, const int32_t DT, float scale, float *dst) {
     const __m512 s = _mm512_set1_ps(scale);
     for (int t = 0; t < n; t += 16)
-        _mm512_mask_storeu_ps(dst + t, tail_mask(n - t), _mm512_mul_ps(s, load16(src, dtype, t, n - t)));
+        _mm512_mask_storeu_ps(dst + t, tail_mask(n - t),
+                              _mm512_mul_ps(s, e4m3_unit(load16(src, DT, t, n - t), DT)));
+}
+
+/* vcvtph2ps for fp16, a 16-bit shift for bf16, cvt16 for the 8-bit caches, through load16. */
+static void to_f32_avx512(int n, const void *src, int32_t dtype, float scale, float *dst) {
+    if (dtype == FA_DTYPE_I8) to_f32_dt(n, src, FA_DTYPE_I8, scale, dst);
+    else if (dtype == FA_DTYPE_F8_E4M3) to_f32_dt(n, src, FA_DTYPE_F8_E4M3, scale, dst);
+    else if (dtype == FA_DTYPE_F8_E5M2) to_f32_dt(n, src, FA_DTYPE_F8_E5M2, scale, dst);
+    else to_f32_dt(n, src, dtype, scale, dst); /* f32, f16, bf16: picked per load, as before */
 }
 
 /* bf16 of 16 fp32 lanes, round to nearest even on the bits (exact for subnormals, which
@@ -246,7 +295,7 @@ FA_INLINE void qk_chunk(int TR, __m512 *acc, const void *const *kr, const float 
 FA_INLINE void qk_chunks(int TR, __m512 *acc, const void *const *kr, const float *const *qr, int d,
                          const int DK, const int32_t DT, fa__asks *ask, int asking,
                          const int L2) {
-    const int kl = DT == FA_DTYPE_F32 ? 4 : 2; /* lines per chunk of 4 keys */
+    const int kl = elem_bytes(DT); /* lines per chunk: 4 keys x 16 columns of elem_bytes */
     if (DK) {
 #pragma GCC unroll 16
         for (int c = 0; c < DK; c += 16) {
@@ -284,8 +333,8 @@ FA_INLINE void qk_rows_dt(int m, int n, int d, const float *q, int64_t ldq, cons
                 for (int ii = 0; ii < 4; ii++) qr[ii] = i0 + ii < m ? q0 + ii * ldq : q0;
                 qk_chunks(4, acc, kr, qr, d, DK, DT, &ask, i0 == 0, L2);
             }
-            fa__store_tile4(fa__sum16(acc), m - i0 < 4 ? m - i0 : 4, n - j0, s + i0 * lds + j0,
-                            lds);
+            fa__store_tile4(e4m3_unit(fa__sum16(acc), DT), m - i0 < 4 ? m - i0 : 4, n - j0,
+                            s + i0 * lds + j0, lds);
         }
     fa__ask_rest(&ask, L2);
 }
@@ -305,7 +354,7 @@ FA_INLINE void qk_few_tile(int TR, int n, int j0, int d, const float *q, int64_t
     for (int jj = 0; jj < 4; jj++) kr[jj] = k[j0 + jj < n ? j0 + jj : j0]; /* pad: repeat */
     for (int ii = 0; ii < TR; ii++) qr[ii] = q + ii * ldq;
     qk_chunks(TR, acc, kr, qr, d, DK, DT, ask, 1, L2);
-    const __m512 sums = fa__sum16(acc);
+    const __m512 sums = e4m3_unit(fa__sum16(acc), DT);
     if (n - j0 >= 4) { /* lane ii: row ii's 4 scores */
         _mm_storeu_ps(s + j0, _mm512_castps512_ps128(sums));
         if (TR > 1) _mm_storeu_ps(s + lds + j0, _mm512_extractf32x4_ps(sums, 1));
@@ -341,8 +390,8 @@ FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
 
 /* qk_rows' 4-row tiles, m a multiple of 4 or 3 more. */
 FA_INLINE void qk_tiles(FA_QK_PARAMS, const int L2) {
-    FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf,
-                                                    L2)));
+    FA_BY_ROW_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds,
+                                                        pf, L2)));
 }
 static __attribute__((noinline)) void qk_tiles_l1(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 0); }
 static __attribute__((noinline)) void qk_tiles_l2(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 1); }
@@ -350,8 +399,8 @@ static __attribute__((noinline)) void qk_tiles_l2(FA_QK_PARAMS) { qk_tiles(FA_QK
 /* qk_rows' last rows when m % 4 is 1 or 2 (m = those rows), rows 0.. of q and s (callers offset
  * them). */
 FA_INLINE void qk_few(FA_QK_PARAMS, const int L2) {
-    FA_BY_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds, pf,
-                                                   L2)));
+    FA_BY_ROW_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds,
+                                                       pf, L2)));
 }
 static __attribute__((noinline)) void qk_few_l1(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 0); }
 static __attribute__((noinline)) void qk_few_l2(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 1); }
@@ -393,12 +442,12 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
     __m512 b0 = z, b1 = z, b2 = z, b3 = z; /* c+16 .. c+31 (EO: c+1, c+3, .., c+31) */
     __m512 e0 = z, e1 = z, e2 = z, e3 = z; /* c+32 .. c+47 (EO: as a, from c+32) */
     __m512 f0 = z, f1 = z, f2 = z, f3 = z; /* c+48 .. c+63 (EO: as b, from c+32) */
-    const size_t cb = (size_t)c * (DT == FA_DTYPE_F32 ? 4 : 2); /* bytes before column c */
+    const size_t cb = (size_t)c * elem_bytes(DT); /* bytes before column c */
     /* The asks' state in locals (registers), not behind the pointer, which gcc kept in memory
      * and spilled the loop's registers around. */
     fa__asks a = ask ? *ask : (fa__asks){NULL, NULL, NULL, 0, 0, 0};
     for (int j = 0; j < n; j++) {
-        if (ask) fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2, L2); /* as loaded */
+        if (ask) fa__ask_lines(&a, (W * elem_bytes(DT) + 3) / 4, L2); /* as loaded */
         const void *vj = (const char *)v[j] + cb; /* columns from c: constant offsets below */
         const float *pj = p0 + j;
         const __m512 s0 = _mm512_set1_ps(pj[0]), s1 = _mm512_set1_ps(pj[o1]);
@@ -440,8 +489,8 @@ FA_INLINE void pv_rows_tile(int m, int i0, int n, int d, int c, const int W, con
         for (int ii = 0; ii < rows; ii++) {
             float *oi = o + (i0 + ii) * ldo + c + 16 * w;
             const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
-            _mm512_mask_storeu_ps(oi, kd,
-                                  _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev, acc[w][ii]));
+            _mm512_mask_storeu_ps(oi, kd, _mm512_fmadd_ps(_mm512_set1_ps(alpha[i0 + ii]), prev,
+                                                          e4m3_unit(acc[w][ii], DT)));
         }
     }
 }
@@ -480,10 +529,10 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
     const __m512 z = _mm512_setzero_ps();
     __m512 a0 = z, a1 = z, a2 = z, a3 = z, a4 = z, a5 = z, a6 = z, a7 = z; /* row 0, chunk w */
     __m512 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z; /* row 1 */
-    const size_t cb = (size_t)c * (DT == FA_DTYPE_F32 ? 4 : 2); /* as in pv_rows_tile */
+    const size_t cb = (size_t)c * elem_bytes(DT); /* as in pv_rows_tile */
     fa__asks a = *ask;
     for (int j = 0; j < n; j++) {
-        fa__ask_lines(&a, DT == FA_DTYPE_F32 ? W : (W + 1) / 2, L2); /* as many as it loads */
+        fa__ask_lines(&a, (W * elem_bytes(DT) + 3) / 4, L2); /* as many as it loads */
         const void *vj = (const char *)v[j] + cb;
         const __m512 s0 = _mm512_set1_ps(p0[j]), s1 = _mm512_set1_ps(p1[j]);
 #define FA_PV_FMA(w, vw)                                                                           \
@@ -533,8 +582,8 @@ FA_INLINE void pv_rows_small(int TR, int n, int d, int c, const int W, const int
         for (int ii = 0; ii < TR; ii++) {
             float *oi = o + ii * ldo + c + 16 * w;
             const __m512 prev = _mm512_maskz_loadu_ps(kd, oi);
-            _mm512_mask_storeu_ps(oi, kd,
-                                  _mm512_fmadd_ps(_mm512_set1_ps(alpha[ii]), prev, acc[ii][w]));
+            _mm512_mask_storeu_ps(oi, kd, _mm512_fmadd_ps(_mm512_set1_ps(alpha[ii]), prev,
+                                                          e4m3_unit(acc[ii][w], DT)));
         }
     }
 }
@@ -572,9 +621,9 @@ FA_INLINE void pv_few_dt(int rows, int n, int d, const float *p, int64_t ldp,
 /* pv_rows' 4-row tiles, m a multiple of 4 or 3 more. */
 FA_INLINE void pv_tiles(FA_PV_PARAMS, const int L2) {
     if (m % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
-        FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf, L2));
+        FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf, L2));
     else
-        FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf, L2));
+        FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf, L2));
 }
 static __attribute__((noinline)) void pv_tiles_l1(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 0); }
 static __attribute__((noinline)) void pv_tiles_l2(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 1); }
@@ -583,9 +632,9 @@ static __attribute__((noinline)) void pv_tiles_l2(FA_PV_PARAMS) { pv_tiles(FA_PV
  * offset them). */
 FA_INLINE void pv_few(FA_PV_PARAMS, const int L2) {
     if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
-        FA_BY_DTYPE(dtype, pv_few_dt(m, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf, L2));
+        FA_BY_ROW_DTYPE(dtype, pv_few_dt(m, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf, L2));
     else
-        FA_BY_DTYPE(dtype, pv_few_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf, L2));
+        FA_BY_ROW_DTYPE(dtype, pv_few_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf, L2));
 }
 static __attribute__((noinline)) void pv_few_l1(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 0); }
 static __attribute__((noinline)) void pv_few_l2(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 1); }

@@ -232,10 +232,70 @@ static inline void to_f32_8(const uint16_t *h16, int32_t dtype, float32x4_t *lo,
     }
 }
 
+/* Is dtype an 8-bit cache's (i8, f8_e4m3, f8_e5m2)? A constant where dtype is. */
+static inline __attribute__((always_inline)) int is_8bit(int32_t dtype) {
+    return dtype == FA_DTYPE_I8 || dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2;
+}
+
+/* 8 stored values of an 8-bit cache row -> 2 q registers of fp32: i8 sign-extended (SXTL) and
+ * converted; e5m2 as the upper byte of an fp16 (SHLL by 8, then FCVTL, which widens subnormals,
+ * infinities and NaN exactly); e4m3fn as the fp16 S.0EEEE.MMM0000000, which is 2^-8 times its
+ * value (subnormals too), the NaN code S.1111.111 made the fp16 NaN 0xffff. The factor 2^8 is
+ * left to the caller: once per sum in the products, not once per element. */
+static inline __attribute__((always_inline)) void to_f32_8b(const uint8_t *b8, int32_t dtype,
+                                                            float32x4_t *lo, float32x4_t *hi) {
+    const uint8x8_t b = vld1_u8(b8);
+    if (dtype == FA_DTYPE_I8) {
+        const int16x8_t w = vmovl_s8(vreinterpret_s8_u8(b));
+        *lo = vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
+        *hi = vcvtq_f32_s32(vmovl_high_s16(w));
+        return;
+    }
+    uint16x8_t h;
+    if (dtype == FA_DTYPE_F8_E5M2) {
+        h = vshll_n_u8(b, 8);
+    } else { /* S.S.EEEE.MMM0000000, then the second S cleared and NaN codes set to all ones */
+        const uint16x8_t s =
+            vreinterpretq_u16_s16(vshlq_n_s16(vmovl_s8(vreinterpret_s8_u8(b)), 7));
+        const uint16x8_t nan = vceqq_u16(vorrq_u16(s, vdupq_n_u16(0xc07f)), vdupq_n_u16(0xffff));
+        h = vorrq_u16(vandq_u16(s, vdupq_n_u16(0xbfff)), nan);
+    }
+    const float16x8_t f = vreinterpretq_f16_u16(h);
+    *lo = vcvt_f32_f16(vget_low_f16(f));
+    *hi = vcvt_high_f32_f16(f);
+}
+
+/* to_f32 on an 8-bit cache row: 8 values at a time, the last n % 8 through a zero-padded copy;
+ * times 2^8 for e4m3 (exact, 1 otherwise), then the scale (rounded once), as
+ * scale · fa__row_load. */
+static void to_f32_8bit(int n, const uint8_t *src, int32_t dtype, float scale, float *dst) {
+    const float u = dtype == FA_DTYPE_F8_E4M3 ? 256.0f : 1.0f;
+    float32x4_t lo, hi;
+    int t = 0;
+    for (; t + 8 <= n; t += 8) {
+        to_f32_8b(src + t, dtype, &lo, &hi);
+        vst1q_f32(dst + t, vmulq_n_f32(vmulq_n_f32(lo, u), scale));
+        vst1q_f32(dst + t + 4, vmulq_n_f32(vmulq_n_f32(hi, u), scale));
+    }
+    if (t < n) {
+        uint8_t part[8] = {0};
+        float out[8];
+        for (int i = 0; t + i < n; i++) part[i] = src[t + i];
+        to_f32_8b(part, dtype, &lo, &hi);
+        vst1q_f32(out, vmulq_n_f32(vmulq_n_f32(lo, u), scale));
+        vst1q_f32(out + 4, vmulq_n_f32(vmulq_n_f32(hi, u), scale));
+        for (int i = 0; t + i < n; i++) dst[t + i] = out[i];
+    }
+}
+
 /* dst[t] = scale · src[t]; the last n % 8 elements go through a zero-padded copy, so nothing
  * past src[n) is read or past dst[n) written. */
 static void to_f32_neon(int n, const void *src, int32_t dtype, float scale, float *dst) {
     int t = 0;
+    if (is_8bit(dtype)) {
+        to_f32_8bit(n, src, dtype, scale, dst);
+        return;
+    }
     if (dtype == FA_DTYPE_F32) {
         const float *f = src;
         for (; t + 4 <= n; t += 4) vst1q_f32(dst + t, vmulq_n_f32(vld1q_f32(f + t), scale));
@@ -263,7 +323,8 @@ static void to_f32_neon(int n, const void *src, int32_t dtype, float scale, floa
 /* ---- decode products on rows read in place (kernels.h: qk_rows, pv_rows) ---- */
 
 /* 8 elements of a row of any dtype from element c on as two q registers (fewer than 8 left:
- * zero-filled, never reading past the row). */
+ * zero-filled, never reading past the row); an e4m3 row's as to_f32_8b gives them, 2^-8 times
+ * their values. */
 static inline __attribute__((always_inline)) void load8(const void *row, int32_t dtype, int c,
                                                         int left, float32x4_t *lo,
                                                         float32x4_t *hi) {
@@ -271,6 +332,8 @@ static inline __attribute__((always_inline)) void load8(const void *row, int32_t
         if (dtype == FA_DTYPE_F32) {
             *lo = vld1q_f32((const float *)row + c);
             *hi = vld1q_f32((const float *)row + c + 4);
+        } else if (is_8bit(dtype)) {
+            to_f32_8b((const uint8_t *)row + c, dtype, lo, hi);
         } else {
             to_f32_8((const uint16_t *)row + c, dtype, lo, hi);
         }
@@ -281,6 +344,12 @@ static inline __attribute__((always_inline)) void load8(const void *row, int32_t
         for (int i = 0; i < left; i++) part[i] = ((const float *)row)[c + i];
         *lo = vld1q_f32(part);
         *hi = vld1q_f32(part + 4);
+        return;
+    }
+    if (is_8bit(dtype)) {
+        uint8_t bytes[8] = {0};
+        for (int i = 0; i < left; i++) bytes[i] = ((const uint8_t *)row)[c + i];
+        to_f32_8b(bytes, dtype, lo, hi);
         return;
     }
     uint16_t half[8] = {0};
@@ -326,7 +395,8 @@ qk_rows_tile(int TR, int m, int i0, int n, int j0, int d, const float *q, int64_
     }
     for (int ii = 0; ii < TR && i0 + ii < m; ii++) {
         const float32x4_t *a = acc + 4 * ii;
-        const float32x4_t sums = vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+        float32x4_t sums = vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+        if (DT == FA_DTYPE_F8_E4M3) sums = vmulq_n_f32(sums, 256.0f); /* to_f32_8b's 2^-8 */
         if (n - j0 >= 4) {
             vst1q_f32(s + (i0 + ii) * lds + j0, sums);
         } else {
@@ -354,7 +424,7 @@ static inline __attribute__((always_inline)) void qk_rows_dt(int m, int n, int d
 
 static void qk_rows_neon(int m, int n, int d, const float *q, int64_t ldq, const void *const *k,
                          int32_t dtype, float *s, int64_t lds, const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, s, lds, pf));
+    FA_BY_ROW_DTYPE(dtype, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, s, lds, pf));
 }
 
 /* Rows i0..i0+TR-1 of O (TR = 4, or 2 and 1 for the last rows), columns [c, c + 16) (the last
@@ -387,6 +457,9 @@ static inline __attribute__((always_inline)) void pv_rows_tile(int TR, int m, in
             }
         }
     }
+    if (DT == FA_DTYPE_F8_E4M3) /* to_f32_8b's 2^-8 */
+        for (int ii = 0; ii < TR; ii++)
+            for (int w = 0; w < 4; w++) acc[ii][w] = vmulq_n_f32(acc[ii][w], 256.0f);
     for (int ii = 0; ii < rows; ii++) {
         float *oi = o + (i0 + ii) * ldo + c;
         const float a = alpha[i0 + ii];
@@ -420,7 +493,7 @@ static inline __attribute__((always_inline)) void pv_rows_dt(int m, int n, int d
 static void pv_rows_neon(int m, int n, int d, const float *p, int64_t ldp, const void *const *v,
                          int32_t dtype, const float *alpha, float *o, int64_t ldo,
                          const fa__prefetch *pf) {
-    FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
+    FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf));
 }
 
 /* 4 x 4 blocks through transpose4; the ragged edges (n % 4 rows, d % 4 columns) element by

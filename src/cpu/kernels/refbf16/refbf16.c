@@ -67,14 +67,8 @@ static void qk_rows_refbf16(int m, int n, int d, const float *q, int64_t ldq, co
     }
 }
 
-/* Element t of a row of dtype f32, f16 or bf16 as fp32. */
-static inline float elem_f32(const void *row, int t, int32_t dtype) {
-    return dtype == FA_DTYPE_F32   ? ((const float *)row)[t]
-           : dtype == FA_DTYPE_F16 ? fa__f16_to_f32(((const uint16_t *)row)[t])
-                                   : fa__bf16_to_f32(((const uint16_t *)row)[t]);
-}
-
-/* pv_rows on rows of dtype FA_DT, a constant where FA_BY_DTYPE inlines it. */
+/* pv_rows on rows of dtype FA_DT (an 8-bit cache's: the stored values, fa__row_load), a
+ * constant where FA_BY_ROW_DTYPE inlines it. */
 static inline void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
                               const void *const *v, int32_t dtype, const float *alpha, float *o,
                               int64_t ldo) {
@@ -86,7 +80,7 @@ static inline void pv_rows_dt(int m, int n, int d, const float *p, int64_t ldp,
         for (int j = 0; j < n; j++) {
             const float pij = p[i * ldp + j];
             for (int t = 0; t < d; t++)
-                acc[t] += pij * elem_f32(v[j], t, dtype);
+                acc[t] += pij * fa__row_load(v[j], dtype, t);
         }
         for (int t = 0; t < d; t++)
             oi[t] = alpha[i] * oi[t] + acc[t];
@@ -98,7 +92,7 @@ static void pv_rows_refbf16(int m, int n, int d, const float *p, int64_t ldp, co
                             int32_t dtype, const float *alpha, float *o, int64_t ldo,
                             const fa__prefetch *pf) {
     (void)pf;
-    FA_BY_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo));
+    FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo));
 }
 
 /* ---- the bf16 products and steps ---- */
