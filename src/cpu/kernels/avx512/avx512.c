@@ -252,16 +252,20 @@ static void from_f32_avx512(int n, const float *src, float scale, int32_t dtype,
 }
 
 /* Runs CALL with FA_DK bound to d as a compile-time constant where d is 64, 128 or 256 and the
- * rows of q are d apart (decode's query rows), else to 0 (d at run time). */
+ * rows of q are d apart (decode's query rows), else to 0 (d at run time). Inside FA_BY_ROW_DTYPE:
+ * 8-bit rows (FA_DT) take d at run time only: their dims made this file's compile time (gcc 12)
+ * twice what it had been. */
+#define FA_WIDE_DT ((int)FA_DT == (int)FA_DTYPE_F32 || (int)FA_DT == (int)FA_DTYPE_F16 ||           \
+                    (int)FA_DT == (int)FA_DTYPE_BF16)
 #define FA_BY_DIM(d, ldq, CALL)                                                                    \
     do {                                                                                           \
-        if ((d) == 128 && (ldq) == 128) {                                                          \
+        if ((d) == 128 && (ldq) == 128 && FA_WIDE_DT) {                                            \
             enum { FA_DK = 128 };                                                                  \
             CALL;                                                                                  \
-        } else if ((d) == 64 && (ldq) == 64) {                                                     \
+        } else if ((d) == 64 && (ldq) == 64 && FA_WIDE_DT) {                                       \
             enum { FA_DK = 64 };                                                                   \
             CALL;                                                                                  \
-        } else if ((d) == 256 && (ldq) == 256) {                                                   \
+        } else if ((d) == 256 && (ldq) == 256 && FA_WIDE_DT) {                                     \
             enum { FA_DK = 256 };                                                                  \
             CALL;                                                                                  \
         } else {                                                                                   \
@@ -388,10 +392,25 @@ FA_INLINE void qk_few_dt(int rows, int n, int d, const float *q, int64_t ldq,
         float *s, int64_t lds, const fa__prefetch *pf
 #define FA_QK_ARGS m, n, d, q, ldq, k, dtype, s, lds, pf
 
+/* FA_BY_DTYPE where L2 is 0, FA_BY_ROW_DTYPE where it is 1: 8-bit rows have the copies that ask
+ * into L2 only (as the avx2 and neon sets ask), each copy of theirs being compile time. */
+#define FA_BY_HINT_DTYPE(L2, dtype, CALL)                                                          \
+    do {                                                                                           \
+        if (L2)                                                                                    \
+            FA_BY_ROW_DTYPE(dtype, CALL);                                                          \
+        else                                                                                       \
+            FA_BY_DTYPE(dtype, CALL);                                                              \
+    } while (0)
+
+/* The hint of a call on rows of dtype: 8-bit rows ask into L2 (FA_BY_HINT_DTYPE). */
+static inline int hint_of(int L2, int32_t dtype) {
+    return L2 || dtype == FA_DTYPE_I8 || dtype == FA_DTYPE_F8_E4M3 || dtype == FA_DTYPE_F8_E5M2;
+}
+
 /* qk_rows' 4-row tiles, m a multiple of 4 or 3 more. */
 FA_INLINE void qk_tiles(FA_QK_PARAMS, const int L2) {
-    FA_BY_ROW_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds,
-                                                        pf, L2)));
+    FA_BY_HINT_DTYPE(L2, dtype, FA_BY_DIM(d, ldq, qk_rows_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s,
+                                                             lds, pf, L2)));
 }
 static __attribute__((noinline)) void qk_tiles_l1(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 0); }
 static __attribute__((noinline)) void qk_tiles_l2(FA_QK_PARAMS) { qk_tiles(FA_QK_ARGS, 1); }
@@ -399,15 +418,16 @@ static __attribute__((noinline)) void qk_tiles_l2(FA_QK_PARAMS) { qk_tiles(FA_QK
 /* qk_rows' last rows when m % 4 is 1 or 2 (m = those rows), rows 0.. of q and s (callers offset
  * them). */
 FA_INLINE void qk_few(FA_QK_PARAMS, const int L2) {
-    FA_BY_ROW_DTYPE(dtype, FA_BY_DIM(d, ldq, qk_few_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s, lds,
-                                                       pf, L2)));
+    FA_BY_HINT_DTYPE(L2, dtype, FA_BY_DIM(d, ldq, qk_few_dt(m, n, d, q, ldq, k, FA_DT, FA_DK, s,
+                                                            lds, pf, L2)));
 }
 static __attribute__((noinline)) void qk_few_l1(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 0); }
 static __attribute__((noinline)) void qk_few_l2(FA_QK_PARAMS) { qk_few(FA_QK_ARGS, 1); }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through qk_few. */
-FA_INLINE void qk_rows_at(FA_QK_PARAMS, const int L2) {
+FA_INLINE void qk_rows_at(FA_QK_PARAMS, int L2) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
+    L2 = hint_of(L2, dtype);
     if (m4 > 0) {
         (L2 ? qk_tiles_l2 : qk_tiles_l1)(m4, n, d, q, ldq, k, dtype, s, lds, pf);
         pf = NULL; /* asked for already */
@@ -621,9 +641,11 @@ FA_INLINE void pv_few_dt(int rows, int n, int d, const float *p, int64_t ldp,
 /* pv_rows' 4-row tiles, m a multiple of 4 or 3 more. */
 FA_INLINE void pv_tiles(FA_PV_PARAMS, const int L2) {
     if (m % 4 == 0 && ldp == 128) /* decode's P (rows FA_BC apart), whole tiles */
-        FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf, L2));
+        FA_BY_HINT_DTYPE(L2, dtype,
+                         pv_rows_dt(m, n, d, p, 128, v, FA_DT, 1, alpha, o, ldo, pf, L2));
     else
-        FA_BY_ROW_DTYPE(dtype, pv_rows_dt(m, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf, L2));
+        FA_BY_HINT_DTYPE(L2, dtype,
+                         pv_rows_dt(m, n, d, p, ldp, v, FA_DT, 0, alpha, o, ldo, pf, L2));
 }
 static __attribute__((noinline)) void pv_tiles_l1(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 0); }
 static __attribute__((noinline)) void pv_tiles_l2(FA_PV_PARAMS) { pv_tiles(FA_PV_ARGS, 1); }
@@ -632,16 +654,17 @@ static __attribute__((noinline)) void pv_tiles_l2(FA_PV_PARAMS) { pv_tiles(FA_PV
  * offset them). */
 FA_INLINE void pv_few(FA_PV_PARAMS, const int L2) {
     if (ldp == 128) /* decode's P rows (FA_BC apart): the second at a constant offset */
-        FA_BY_ROW_DTYPE(dtype, pv_few_dt(m, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf, L2));
+        FA_BY_HINT_DTYPE(L2, dtype, pv_few_dt(m, n, d, p, 128, v, FA_DT, alpha, o, ldo, pf, L2));
     else
-        FA_BY_ROW_DTYPE(dtype, pv_few_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf, L2));
+        FA_BY_HINT_DTYPE(L2, dtype, pv_few_dt(m, n, d, p, ldp, v, FA_DT, alpha, o, ldo, pf, L2));
 }
 static __attribute__((noinline)) void pv_few_l1(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 0); }
 static __attribute__((noinline)) void pv_few_l2(FA_PV_PARAMS) { pv_few(FA_PV_ARGS, 1); }
 
 /* Rows in 4-row tiles (a last 3 as one), then a last 1 or 2 through pv_few. */
-FA_INLINE void pv_rows_at(FA_PV_PARAMS, const int L2) {
+FA_INLINE void pv_rows_at(FA_PV_PARAMS, int L2) {
     const int few = m % 4 == 1 || m % 4 == 2 ? m % 4 : 0, m4 = m - few;
+    L2 = hint_of(L2, dtype);
     if (m4 > 0) {
         (L2 ? pv_tiles_l2 : pv_tiles_l1)(m4, n, d, p, ldp, v, dtype, alpha, o, ldo, pf);
         pf = NULL; /* asked for already */
