@@ -82,3 +82,27 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def rotary_tables(rng, seqlen, rd, dtype):
+    """cos and sin tables (seqlen, rd / 2) of random angles, in dtype."""
+    ang = rng.uniform(0, 2 * np.pi, (seqlen, rd // 2))
+    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
+
+
+def kvcache_options(rng, o, kw, B, S_new, H, Hk, D, dtype, capacity, lens):
+    """A flash_attn_with_kvcache case's optional arguments into kw, from its options o: new
+    keys and values (S_new > 0), rotary tables (o["rotary"]: rotary_dim), cache_batch_idx,
+    cache_leftpad (a third of each cache length) and ALiBi slopes."""
+    if S_new:
+        kw["k"] = randn(rng, (B, S_new, Hk, D), dtype)
+        kw["v"] = randn(rng, (B, S_new, Hk, D), dtype)
+    if o.get("rotary"):
+        kw["rotary_cos"], kw["rotary_sin"] = rotary_tables(rng, capacity, o["rotary"], dtype)
+        kw["rotary_interleaved"] = o.get("rotary_interleaved", True)
+    if o.get("batch_idx"):
+        kw["cache_batch_idx"] = rng.permutation(B + 1)[:B].astype(np.int32)
+    if o.get("leftpad"):
+        kw["cache_leftpad"] = (lens // 3).astype(np.int32)
+    if o.get("alibi"):
+        kw["alibi_slopes"] = rng.uniform(0.05, 0.5, (B, H)).astype(np.float32)

@@ -4,15 +4,11 @@ caches of any page size, rotary (interleaved and GPT-NeoX), ALiBi, windows, long
 
 import numpy as np
 import pytest
-from helpers import DTYPES, TOL, assert_close, assert_lse, dtype_ids, randn
+from helpers import (DTYPES, TOL, assert_close, assert_lse, dtype_ids, kvcache_options, randn,
+                     rotary_tables)
 
 from flashattn import flash_attn_varlen_func, flash_attn_with_kvcache
 from flashattn.reference import attention_varlen_ref, kvcache_ref
-
-
-def _rotary(rng, seqlen, rd, dtype):
-    ang = rng.uniform(0, 2 * np.pi, (seqlen, rd // 2))
-    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
 
 
 # name, B, Sq, H, Hk, D, S_cache, S_new, options
@@ -57,18 +53,7 @@ def _case(rng, dtype, B, Sq, H, Hk, D, S_cache, S_new, o):
         kw["cache_seqlens"] = int(lens[0])
     elif seq == "array":
         kw["cache_seqlens"] = lens
-    if S_new:
-        kw["k"] = randn(rng, (B, S_new, Hk, D), dtype)
-        kw["v"] = randn(rng, (B, S_new, Hk, D), dtype)
-    if o.get("rotary"):
-        kw["rotary_cos"], kw["rotary_sin"] = _rotary(rng, capacity, o["rotary"], dtype)
-        kw["rotary_interleaved"] = o.get("rotary_interleaved", True)
-    if o.get("batch_idx"):
-        kw["cache_batch_idx"] = rng.permutation(B + 1)[:B].astype(np.int32)
-    if o.get("leftpad"):
-        kw["cache_leftpad"] = (lens // 3).astype(np.int32)
-    if o.get("alibi"):
-        kw["alibi_slopes"] = rng.uniform(0.05, 0.5, (B, H)).astype(np.float32)
+    kvcache_options(rng, o, kw, B, S_new, H, Hk, D, dtype, capacity, lens)
     return q, k_cache, v_cache, kw
 
 
@@ -162,7 +147,7 @@ def test_kvcache_errors(rng):
     with pytest.raises(TypeError, match="cache_seqlens: dtype int64"):
         flash_attn_with_kvcache(q, kc, vc, cache_seqlens=np.array([1, 2]))
     with pytest.raises(ValueError, match="rotary"):
-        cos, sin = _rotary(rng, 10, 8, np.float32)
+        cos, sin = rotary_tables(rng, 10, 8, np.float32)
         flash_attn_with_kvcache(q, kc, vc, rotary_cos=cos, rotary_sin=sin, cache_seqlens=3)
     assert np.isfinite(flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3)).all()
 

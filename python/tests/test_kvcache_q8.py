@@ -20,7 +20,8 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import DTYPES, assert_close, assert_lse, dtype_ids, randn, rel_err
+from helpers import (DTYPES, assert_close, assert_lse, dtype_ids, kvcache_options, randn,
+                     rel_err)
 
 import flashattn
 from flashattn import _core, _lib, _quant, flash_attn_with_kvcache, quantize_kvcache
@@ -224,11 +225,6 @@ def test_quantize_kvcache_shapes_and_kinds(fmt, rng):
 # Attention against the fp64 reference over the dequantized cache
 # ----------------------------------------------------------------------------------------------
 
-def _rotary(rng, seqlen, rd, dtype):
-    ang = rng.uniform(0, 2 * np.pi, (seqlen, rd // 2))
-    return np.cos(ang).astype(dtype), np.sin(ang).astype(dtype)
-
-
 # name, B, Sq, H, Hk, D, S_cache, S_new, options ("head": (B, Hk) descales, else per token)
 CASES = [
     ("decode per token, causal, gqa", 2, 1, 8, 2, 64, 300, 0, {"causal": True}),
@@ -280,18 +276,7 @@ def _case(rng, fmt, dtype, B, Sq, H, Hk, D, S_cache, S_new, o):
     (kc, ks), (vc, vs) = (_cache(rng, fmt, shape, o.get("head"), B) for _ in range(2))
     lens = rng.integers(S_new + 1, capacity - S_new + 1, B).astype(np.int32)
     kw["cache_seqlens"] = int(lens[0]) if o.get("seqlens") == "int" else lens
-    if S_new:
-        kw["k"] = randn(rng, (B, S_new, Hk, D), dtype)
-        kw["v"] = randn(rng, (B, S_new, Hk, D), dtype)
-    if o.get("rotary"):
-        kw["rotary_cos"], kw["rotary_sin"] = _rotary(rng, capacity, o["rotary"], dtype)
-        kw["rotary_interleaved"] = o.get("rotary_interleaved", True)
-    if o.get("batch_idx"):
-        kw["cache_batch_idx"] = rng.permutation(B + 1)[:B].astype(np.int32)
-    if o.get("leftpad"):
-        kw["cache_leftpad"] = (lens // 3).astype(np.int32)
-    if o.get("alibi"):
-        kw["alibi_slopes"] = rng.uniform(0.05, 0.5, (B, H)).astype(np.float32)
+    kvcache_options(rng, o, kw, B, S_new, H, Hk, D, dtype, capacity, lens)
     return q, kc, vc, ks, vs, kw
 
 
