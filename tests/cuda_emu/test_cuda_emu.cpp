@@ -230,11 +230,11 @@ static int run(const Cfg &c) {
     p.cu_k = varlen ? cu_k.data() : nullptr;
     p.total_q = totq, p.total_k = totk;
     const int32_t dt = c.f32 ? FA_DTYPE_F32 : c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-    p.q = fa__view{q, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
-    p.k = fa__view{k, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
-    p.v = fa__view{v, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0};
-    p.out =
-        fa__view{c.out32 ? o16.data() : o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.q = fa__view{q, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
+    p.k = fa__view{k, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
+    p.v = fa__view{v, dt, ksb, kss, ksh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
+    p.out = fa__view{
+        c.out32 ? o16.data() : o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
     p.lse = c.lse ? lse : nullptr;
     if (varlen)
         p.lse_sb = 0, p.lse_sh = totq, p.lse_ss = 1;
@@ -757,11 +757,12 @@ static int run_cache(const CacheCfg &c) {
     p.B = B, p.H = H, p.Hk = Hk, p.D = p.Dv = D, p.Sq = Sq, p.Sk = 0;
     p.seqlens_k = seqlens.data();
     const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
-    p.q = fa__view{q.data(), dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
-    p.out = fa__view{o, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.q = fa__view{q.data(), dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
+    p.out = fa__view{o, dt, qsb, qss, qsh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
     for (int w = 0; w < 2; ++w) {
         const Cache &x = w ? vc : kc;
-        fa__view cv{x.data, dt, x.sb, x.ss, x.sh, 1, nullptr, nullptr, nullptr, bt_stride, 0};
+        fa__view cv{x.data,  dt,      x.sb,    x.ss,      x.sh, 1,
+                    nullptr, nullptr, nullptr, bt_stride, 0,    nullptr};
         cv.row_off = leftpad ? lp.data() : nullptr;
         cv.block_table = paged ? table.data() : nullptr;
         cv.batch_idx = bidx ? batch_idx.data() : nullptr;
@@ -865,9 +866,10 @@ static int check_cache_supported() {
     memset(&p0, 0, sizeof p0);
     p0.B = 2, p0.H = 2, p0.Hk = 1, p0.D = p0.Dv = 64, p0.Sq = 3;
     p0.seqlens_k = seqlens;
-    p0.q = fa__view{kbuf, FA_DTYPE_F16, 3 * 128, 128, 64, 1, nullptr, nullptr, nullptr, 0, 0};
+    p0.q =
+        fa__view{kbuf, FA_DTYPE_F16, 3 * 128, 128, 64, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
     p0.out = p0.q;
-    p0.k = fa__view{kbuf, FA_DTYPE_F16, 5 * 64, 64, 64, 1, lp, table, nullptr, 2, 5};
+    p0.k = fa__view{kbuf, FA_DTYPE_F16, 5 * 64, 64, 64, 1, lp, table, nullptr, 2, 5, nullptr};
     p0.v = p0.k;
     p0.v.data = vbuf;
     p0.scale = 0.125f;

@@ -261,7 +261,8 @@ static int run(const Cfg &c, double *worst) {
     p.total_q = totq, p.total_k = totk;
     const int32_t dt = c.bf ? FA_DTYPE_BF16 : FA_DTYPE_F16;
     auto view = [&](Tensor &t) {
-        return fa__view{t.data(), dt, t.sb, t.ss, t.sh, 1, nullptr, nullptr, nullptr, 0, 0};
+        return fa__view{t.data(), dt,      t.sb,    t.ss, t.sh, 1,
+                        nullptr,  nullptr, nullptr, 0,    0,    nullptr};
     };
     p.q = view(q), p.k = view(k), p.v = view(v), p.out = view(out), p.dout = view(dout);
     p.dq = view(dq), p.dk = view(dk), p.dv = view(dv);
@@ -525,7 +526,8 @@ int main(int argc, char **argv) {
         fa__problem p;
         memset(&p, 0, sizeof p);
         alignas(16) static uint16_t buf[64];
-        const fa__view ok = {buf, FA_DTYPE_F16, 0, 64, 8, 1, nullptr, nullptr, nullptr, 0, 0};
+        const fa__view ok = {buf,     FA_DTYPE_F16, 0,       64, 8, 1,
+                             nullptr, nullptr,      nullptr, 0,  0, nullptr};
         p.B = 1, p.H = 2, p.Hk = 1, p.D = p.Dv = 64, p.Sq = p.Sk = 4, p.scale = 0.125f;
         p.q = p.k = p.v = p.out = p.dout = p.dq = p.dk = p.dv = ok;
         const bool yes = fa__mma_bwd_supported(&p, 80) && fa__mma_bwd_supported(&p, 90);
