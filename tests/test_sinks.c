@@ -26,6 +26,8 @@
  * Then fa_forward_kvcache with sinks, every error path with outputs untouched, and a struct
  * from before sinks (its sinks are not read).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+
 #include "flashattn.h"
 #include "reference/attention_ref.h"
 #include "reference/attention_ref_backward.h"

@@ -235,10 +235,10 @@ static int run(const Cfg &c) {
                 const RefRow r = ref_row(D, i, Sq, seqlens[b], p.window_left, p.window_right,
                                          p.scale, c.softcap, slope);
                 const int64_t orow = b * osb + i * oss + h * osh;
-                double lse = ref_attn_row(r, qv.data(), kf, vf, &ref_o[orow]);
+                double lr = ref_attn_row(r, qv.data(), kf, vf, &ref_o[orow]);
                 if (p.sinks && sinks[h] != -INFINITY)
-                    lse = ref_sink(lse, sinks[h], D, &ref_o[orow]);
-                ref_l[(b * H + h) * Sq + i] = lse;
+                    lr = ref_sink(lr, sinks[h], D, &ref_o[orow]);
+                ref_l[(b * H + h) * Sq + i] = lr;
                 bool fin = true;
                 for (int x = 0; x < D; ++x) {
                     expect[orow + x] = 1;
