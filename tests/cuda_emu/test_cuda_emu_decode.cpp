@@ -191,8 +191,8 @@ static int run(const Cfg &c) {
     memset(&p, 0, sizeof p);
     p.B = B, p.H = H, p.Hk = Hk, p.D = p.Dv = D, p.Sq = Sq, p.Sk = c.no_seqlens ? seqlens[0] : 0;
     p.seqlens_k = c.no_seqlens ? nullptr : seqlens.data();
-    p.q = fa__view{q, qdt, qsb, qss, qsh, c.q_sd, nullptr, nullptr, nullptr, 0, 0};
-    fa__view cache{nullptr, dt, sb, ss, sh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.q = fa__view{q, qdt, qsb, qss, qsh, c.q_sd, nullptr, nullptr, nullptr, 0, 0, nullptr};
+    fa__view cache{nullptr, dt, sb, ss, sh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
     if (c.leftpad)
         cache.row_off = leftpad.data();
     if (c.page)
@@ -201,7 +201,7 @@ static int run(const Cfg &c) {
         cache.batch_idx = bidx.data();
     p.k = cache, p.k.data = k;
     p.v = cache, p.v.data = v, p.v.sb = vsb, p.v.ss = vss, p.v.sh = vsh;
-    p.out = fa__view{o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0};
+    p.out = fa__view{o, dt, osb, oss, osh, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
     p.lse = c.lse ? lse : nullptr;
     p.lse_sb = (int64_t)H * Sq, p.lse_sh = Sq, p.lse_ss = 1;
     p.scale = 1.0f / sqrtf((float)D);
@@ -373,8 +373,9 @@ static int check_negative() {
         p.B = 2, p.H = 8, p.Hk = 2, p.D = p.Dv = 64, p.Sq = 1, p.Sk = 0;
         p.seqlens_k = seq;
         const int32_t dt = FA_DTYPE_BF16;
-        p.q = fa__view{buf, dt, 8 * 64, 8 * 64, 64, 1, nullptr, nullptr, nullptr, 0, 0};
-        p.k = fa__view{buf, dt, 16 * 2 * 64, 2 * 64, 64, 1, nullptr, nullptr, nullptr, 0, 0};
+        p.q = fa__view{buf, dt, 8 * 64, 8 * 64, 64, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
+        p.k =
+            fa__view{buf, dt, 16 * 2 * 64, 2 * 64, 64, 1, nullptr, nullptr, nullptr, 0, 0, nullptr};
         p.v = p.k;
         p.out = p.q;
         p.scale = 0.125f;
