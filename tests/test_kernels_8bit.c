@@ -56,24 +56,9 @@ static void guards_init(void) {
     g_src = (uint8_t *)guarded(256) + 256;
 }
 
-static float poison(void) {
-    const uint32_t u = POISON;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static int is_poison(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u == POISON;
-}
-
-static uint32_t bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
+/* The poison pattern and its test, through convert.h's bit casts. */
+static float poison(void) { return fa__bits_f32(POISON); }
+static int is_poison(float f) { return fa__f32_bits(f) == POISON; }
 
 /* gamma_L = L u / (1 - L u), u = 2^-24. */
 static double gamma_l(int L) {
@@ -137,7 +122,7 @@ static void test_to_f32(const fa__cpu_kernels *kern) {
                     kern->to_f32(n, src, dt, scale, buf + 8);
                     for (int t = 0; t < n; t++) {
                         const float want = scale * fa__row_load(src, dt, t), got = buf[8 + t];
-                        CHECK_MSG(isnan(want) ? isnan(got) : bits(got) == bits(want),
+                        CHECK_MSG(isnan(want) ? isnan(got) : fa__f32_bits(got) == fa__f32_bits(want),
                                   "n %d code 0x%02x: %a, want %a", n, src[t], (double)got,
                                   (double)want);
                     }
