@@ -122,9 +122,9 @@ static void test_to_f32(const fa__cpu_kernels *kern) {
                     kern->to_f32(n, src, dt, scale, buf + 8);
                     for (int t = 0; t < n; t++) {
                         const float want = scale * fa__row_load(src, dt, t), got = buf[8 + t];
-                        CHECK_MSG(isnan(want) ? isnan(got) : fa__f32_bits(got) == fa__f32_bits(want),
-                                  "n %d code 0x%02x: %a, want %a", n, src[t], (double)got,
-                                  (double)want);
+                        CHECK_MSG(
+                            isnan(want) ? isnan(got) : fa__f32_bits(got) == fa__f32_bits(want),
+                            "n %d code 0x%02x: %a, want %a", n, src[t], (double)got, (double)want);
                     }
                     for (int t = 0; t < 8; t++)
                         CHECK_MSG(is_poison(buf[t]) && is_poison(buf[8 + n + t]),
