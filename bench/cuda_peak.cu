@@ -42,9 +42,9 @@ __global__ void __launch_bounds__(kThreads)
     const int x = threadIdx.x;
     uint32_t a[4], b[2]; // A: [16, 16] and B: [16, 8] fragments, bf16x2
     for (int r = 0; r < 4; ++r)
-        a[r] = fa_pack2<true>(fa_operand(x, 2 * r), fa_operand(x, 2 * r + 1));
+        a[r] = fa_pack2<FA_IN_BF16>(fa_operand(x, 2 * r), fa_operand(x, 2 * r + 1));
     for (int r = 0; r < 2; ++r)
-        b[r] = fa_pack2<true>(fa_operand(x, 8 + 2 * r), fa_operand(x, 9 + 2 * r));
+        b[r] = fa_pack2<FA_IN_BF16>(fa_operand(x, 8 + 2 * r), fa_operand(x, 9 + 2 * r));
     float c[kChains][4]; // C: [16, 8] fp32 fragments
 #pragma unroll
     for (int j = 0; j < kChains; ++j)
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int it = 0; it < iters; ++it)
 #pragma unroll
         for (int j = 0; j < kChains; ++j)
-            fa_mma16816<true>(c[j], a, b[0], b[1]);
+            fa_mma16816<FA_IN_BF16>(c[j], a, b[0], b[1]);
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}; // exact: every term is a multiple of 1/16 < 2^20
 #pragma unroll
     for (int j = 0; j < kChains; ++j)

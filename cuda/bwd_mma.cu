@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bwd_mma.cu — the stage-2 backward: attention gradients on tensor cores for sm_80 and later,
- * fp16/bf16, any head dim D <= 256 that is a multiple of 8, with causal/sliding windows, GQA,
- * varlen, softcap, ALiBi and dropout. The rows outside every varlen sequence are cleared by
- * fa__bwd_clear_outside, not here.
+ * bwd_mma.cu — the stage-2 backward: attention gradients on tensor cores for sm_80 and later
+ * (fp16/bf16) and Turing (fp16, D <= 128), any head dim D <= 256 that is a multiple of 8, with
+ * causal/sliding windows, GQA, varlen, softcap, ALiBi and dropout. The rows outside every varlen
+ * sequence are cleared by fa__bwd_clear_outside, not here.
  *
  * With s the final score in the exp2 domain (as the forward computes it), lse2 and Δ from
  * fa__bwd_prepare (kernels.h), P = 2^(s - lse2):
@@ -35,12 +35,12 @@
  *   dQ·scale stored once.
  * Tiles: the dK/dV kernel takes 64 query rows a step for kD = 32, 64 and 32 for kD = 96, 128, on
  * every column; above, it takes half the columns (kCols = kD / 2: dK and dV are 2 x kCols / 2
- * fp32 a thread), 32 rows a step up to kD = 224 and 16 at kD = 256 (with 32 it spills on sm_90).
- * The dQ kernel takes 64 keys a step up to kD = 128, 32 up to kD = 224 and 16 at kD = 256 (with
- * 32 it spills, the dropout mask's Philox rounds included).
- * None spills on sm_80 or sm_90: 191 to 254 registers (ptxas.txt), several within 7 of the
- * limit (dK/dV at kD = 128 and 224, dQ at kD = 128 and 224). Shared memory: 48 KB up to kD = 64,
- * then 64 KB (dK/dV) and 96 KB (dQ) up to kD = 128, 96 or 128 KB above.
+ * fp32 a thread) and 16 rows a step (with 32 it spills on sm_90 at kD = 256, and takes 128 KB of
+ * shared memory, more than the 99 KB a block has on sm_86, sm_89 and sm_120). The dQ kernel takes
+ * 64 keys a step up to kD = 128 and 16 above (with 32 it spills, the dropout mask's Philox rounds
+ * included). Shared memory: 48 KB up to kD = 64, then 64 KB (dK/dV) and 96 KB (dQ) up to
+ * kD = 128, 96 KB above. Turing's kind (mma_kind.h; fp16 on sm_75, whose blocks have 64 KB) runs
+ * up to kD = 128 with 32 keys a step in the dQ kernel (64 KB); above, Turing takes stage 1.
  *
  * Non-finite inputs (notes/nan-rule.md): P and dS are set to 0 by a select where the row does
  * not see the key (never 0 times a value), but the next products multiply those zeros by the
@@ -124,7 +124,7 @@ static __device__ __forceinline__ float fa_bwd_slope(const fa_bwd_params &prm, u
  * and the kNT n8 tiles of B (lane address lb): the two score-like products of a step, Sᵀ and
  * dPᵀ in the dK/dV kernel (A: K, V; B: Q, dO), S and dP in the dQ kernel (A: Q, dO; B: K, V).
  * Every operand is a swizzled [rows, kW] tile in shared memory. */
-template <int kD, int kW, int kNT, bool kBf16>
+template <int kD, int kW, int kNT, int kIn>
 static __device__ __forceinline__ void fa_bwd_two_products(float (&c1)[kNT][4], float (&c2)[kNT][4],
                                                            uint32_t a1, uint32_t a2, uint32_t b1,
                                                            uint32_t b2, uint32_t la, uint32_t lb) {
@@ -142,11 +142,11 @@ static __device__ __forceinline__ void fa_bwd_two_products(float (&c1)[kNT][4], 
         for (int nt = 0; nt < kNT; nt += 2) {
             uint32_t y[4]; // B: [16 rows, 16 d] = two n8 x two k halves
             fa_ldsm_x4(y, b1 + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-            fa_mma16816<kBf16>(c1[nt], x1, y[0], y[1]);
-            fa_mma16816<kBf16>(c1[nt + 1], x1, y[2], y[3]);
+            fa_mma16816<kIn>(c1[nt], x1, y[0], y[1]);
+            fa_mma16816<kIn>(c1[nt + 1], x1, y[2], y[3]);
             fa_ldsm_x4(y, b2 + fa_swz_at<kW>(lb, nt * 8, 2 * kk));
-            fa_mma16816<kBf16>(c2[nt], x2, y[0], y[1]);
-            fa_mma16816<kBf16>(c2[nt + 1], x2, y[2], y[3]);
+            fa_mma16816<kIn>(c2[nt], x2, y[0], y[1]);
+            fa_mma16816<kIn>(c2[nt + 1], x2, y[2], y[3]);
         }
     }
 }
@@ -174,9 +174,9 @@ static __device__ __forceinline__ void fa_bwd_pds(const fa_bwd_params &prm, floa
 
 /* Does the 16-byte chunk at src (8 fp16/bf16) hold a NaN or an infinity? A half is one when its
  * exponent is all ones: adding the exponent's lowest bit then carries into its top bit. */
-template <bool kBf16> static __device__ __forceinline__ bool fa_bwd_nonfinite(const char *src) {
-    constexpr uint32_t kExp = kBf16 ? 0x7f807f80u : 0x7c007c00u;
-    constexpr uint32_t kExpLow = kBf16 ? 0x00800080u : 0x04000400u;
+template <int kIn> static __device__ __forceinline__ bool fa_bwd_nonfinite(const char *src) {
+    constexpr uint32_t kExp = FA_IN_IS_BF16(kIn) ? 0x7f807f80u : 0x7c007c00u;
+    constexpr uint32_t kExpLow = FA_IN_IS_BF16(kIn) ? 0x00800080u : 0x04000400u;
     const uint4 x = *(const uint4 *)src;
     const uint32_t any = ((x.x & kExp) + kExpLow) | ((x.y & kExp) + kExpLow) |
                          ((x.z & kExp) + kExpLow) | ((x.w & kExp) + kExpLow);
@@ -184,8 +184,8 @@ template <bool kBf16> static __device__ __forceinline__ bool fa_bwd_nonfinite(co
 }
 
 /* x rounded to the dtype, as fp32. */
-template <bool kBf16> static __device__ __forceinline__ float fa_bwd_round(float x) {
-    return fa_to_f32<kBf16>(fa_pack2<kBf16>(x, 0.0f) & 0xffffu);
+template <int kIn> static __device__ __forceinline__ float fa_bwd_round(float x) {
+    return fa_to_f32<kIn>(fa_pack2<kIn>(x, 0.0f) & 0xffffu);
 }
 
 /* The exact paths. A P or dS that is 0 because its row cannot see the key (or saw no key) still
@@ -198,7 +198,7 @@ template <bool kBf16> static __device__ __forceinline__ float fa_bwd_round(float
 
 /* dq of rows [i0, i0 + kBwdRows) ∩ [0, sq) of head h (q, dout, dq: row i0's; k, v: key 0's;
  * row0: the rows' first lse2/Δ index). Accumulators: [kD][kBwdRows] fp32. */
-template <bool kBf16>
+template <int kIn>
 static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, const char *dout,
                                        const char *k, const char *v, char *dq, uint32_t bh, int i0,
                                        int sq, int sk, int64_t row0, float slope_l2, int tid) {
@@ -212,14 +212,14 @@ static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, 
             *acc(d) = 0.0f;
         for (int j = lo; j < hi && lse2 != INFINITY; ++j) {
             float p, ds;
-            fa_bwd_pds(prm, fa_dot_chunks<kBf16>(qi, k + j * prm.k_ss, prm.dch),
-                       fa_dot_chunks<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2, delta,
+            fa_bwd_pds(prm, fa_dot_chunks<kIn>(qi, k + j * prm.k_ss, prm.dch),
+                       fa_dot_chunks<kIn>(oi, v + j * prm.v_ss, prm.dch), lse2, delta,
                        slope_l2 * fabsf((float)(i + off - j)), true, fa_bwd_drop(prm, bh, i, j), p,
                        ds);
-            ds = fa_bwd_round<kBf16>(ds);
+            ds = fa_bwd_round<kIn>(ds);
             for (int ch = 0; ch < prm.dch; ++ch) {
                 float kx[8];
-                fa_chunk_f32<kBf16>(k + j * prm.k_ss + 16 * ch, kx);
+                fa_chunk_f32<kIn>(k + j * prm.k_ss + 16 * ch, kx);
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
                     *acc(8 * ch + e) += ds * kx[e];
@@ -228,13 +228,13 @@ static __device__ void fa_bwd_dq_exact(const fa_bwd_params &prm, const char *q, 
         char *out = dq + r * prm.dq_ss;
         for (int d = 0; d < D; d += 2)
             *(uint32_t *)(out + 2 * d) =
-                fa_pack2<kBf16>(*acc(d) * prm.scale, *acc(d + 1) * prm.scale);
+                fa_pack2<kIn>(*acc(d) * prm.scale, *acc(d + 1) * prm.scale);
     }
 }
 
 /* dk, dv of keys [j0, j0 + kBwdKeys) ∩ [0, sk) of KV head hk, columns [c0, c0 + kCols) ∩ [0, D)
  * (k, v, dk, dv: key 0's). Accumulators: dK then dV, [kCols][kBwdKeys] fp32 each. */
-template <int kCols, bool kBf16>
+template <int kCols, int kIn>
 static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k, const char *v,
                                          char *dk, char *dv, unsigned b, unsigned hk, int rq,
                                          int sq, int sk, int j0, int c0, int tid) {
@@ -263,16 +263,16 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
                 const char *oi =
                     prm.dout + b * prm.do_sb + (int64_t)(rq + i) * prm.do_ss + h * prm.do_sh;
                 float p, ds;
-                fa_bwd_pds(prm, fa_dot_chunks<kBf16>(qi, k + j * prm.k_ss, prm.dch),
-                           fa_dot_chunks<kBf16>(oi, v + j * prm.v_ss, prm.dch), lse2,
+                fa_bwd_pds(prm, fa_dot_chunks<kIn>(qi, k + j * prm.k_ss, prm.dch),
+                           fa_dot_chunks<kIn>(oi, v + j * prm.v_ss, prm.dch), lse2,
                            prm.delta[row0 + i], slope_l2 * fabsf((float)(i + off - j)), true,
                            fa_bwd_drop(prm, b * prm.H + h, i, j), p, ds);
-                p = fa_bwd_round<kBf16>(p);
-                ds = fa_bwd_round<kBf16>(ds);
+                p = fa_bwd_round<kIn>(p);
+                ds = fa_bwd_round<kIn>(ds);
                 for (int c = c0; c < ce; c += 8) {
                     float qx[8], ox[8];
-                    fa_chunk_f32<kBf16>(qi + 2 * c, qx);
-                    fa_chunk_f32<kBf16>(oi + 2 * c, ox);
+                    fa_chunk_f32<kIn>(qi + 2 * c, qx);
+                    fa_chunk_f32<kIn>(oi + 2 * c, ox);
 #pragma unroll
                     for (int e = 0; e < 8; ++e) {
                         *acc(c - c0 + e, 0) += ds * qx[e];
@@ -283,21 +283,17 @@ static __device__ void fa_bwd_dkdv_exact(const fa_bwd_params &prm, const char *k
         }
         for (int c = c0; c < ce; c += 2) {
             *(uint32_t *)(dk + j * prm.dk_ss + 2 * c) =
-                fa_pack2<kBf16>(*acc(c - c0, 0) * prm.scale, *acc(c - c0 + 1, 0) * prm.scale);
+                fa_pack2<kIn>(*acc(c - c0, 0) * prm.scale, *acc(c - c0 + 1, 0) * prm.scale);
             *(uint32_t *)(dv + j * prm.dv_ss + 2 * c) =
-                fa_pack2<kBf16>(*acc(c - c0, 1), *acc(c - c0 + 1, 1));
+                fa_pack2<kIn>(*acc(c - c0, 1), *acc(c - c0 + 1, 1));
         }
     }
 }
 
 /* dK, dV of key block kb (kBwdKeys keys) of KV head hk in batch b, columns
  * [c0, c0 + kCols) with c0 = half·kCols; kBlockM query rows a step. */
-template <int kD, int kBlockM, int kCols, bool kBf16>
-__global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const fa_bwd_params prm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); // never launched: fa__mma_bwd_supported() needs sm >= 80
-    return;
-#endif
+template <int kD, int kBlockM, int kCols, int kIn>
+static __device__ __forceinline__ void fa_mma_bwd_dkdv_body(const fa_bwd_params &prm) {
     constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kNT = kBlockM / 8;   // n8 tiles of Sᵀ (queries)
     constexpr int kCT = kCols / 8;     // n8 tiles of dK, dV (columns)
@@ -395,14 +391,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         for (int c = c_first; c < c_end; c += c_step) {
             const int r = c / prm.dch, ch = c % prm.dch;
             if (i0 + r < sq)
-                nonfinite |= fa_bwd_nonfinite<kBf16>(q + r * prm.q_ss + 16 * ch) ||
-                             fa_bwd_nonfinite<kBf16>(dout + r * prm.do_ss + 16 * ch);
+                nonfinite |= fa_bwd_nonfinite<kIn>(q + r * prm.q_ss + 16 * ch) ||
+                             fa_bwd_nonfinite<kIn>(dout + r * prm.do_ss + 16 * ch);
         }
     }
     if (__syncthreads_or(nonfinite)) {
         fa_cp_async_wait_all();
         __syncthreads(); // every copy landed: the tiles are free
-        fa_bwd_dkdv_exact<kCols, kBf16>(
+        fa_bwd_dkdv_exact<kCols, kIn>(
             prm, prm.k + b * prm.k_sb + (int64_t)rk * prm.k_ss + hk * prm.k_sh,
             prm.v + b * prm.v_sb + (int64_t)rk * prm.v_ss + hk * prm.v_sh,
             prm.dk + b * prm.dk_sb + (int64_t)rk * prm.dk_ss + hk * prm.dk_sh,
@@ -424,7 +420,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         const uint32_t la = fa_opaque(lane_a), lb = fa_opaque(lane_b), lt = fa_opaque(lane_t);
 
         float st[kNT][4], dpt[kNT][4]; // Sᵀ, dPᵀ: [16 keys, kBlockM queries] per warp
-        fa_bwd_two_products<kD, kW, kNT, kBf16>(st, dpt, sK, sV, sQ, sO, la, lb);
+        fa_bwd_two_products<kD, kW, kNT, kIn>(st, dpt, sK, sV, sQ, sO, la, lb);
 
         /* Pᵀ and dSᵀ: element (key j, query i) of C fragment e is key 16w + g + 8(e / 2),
          * query nt·8 + 2t + e % 2. The band's mask only where the block pair straddles it. */
@@ -455,8 +451,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
             }
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                pt[nt][hf] = fa_pack2<kBf16>(pv[2 * hf], pv[2 * hf + 1]);
-                dst[nt][hf] = fa_pack2<kBf16>(dv[2 * hf], dv[2 * hf + 1]);
+                pt[nt][hf] = fa_pack2<kIn>(pv[2 * hf], pv[2 * hf + 1]);
+                dst[nt][hf] = fa_pack2<kIn>(dv[2 * hf], dv[2 * hf + 1]);
             }
         }
 
@@ -472,11 +468,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
             for (int ct = 0; ct < kCT; ct += 2) {
                 uint32_t ob[4], qb[4]; // B: dO, Q[16 queries, 16 columns], transposed
                 fa_ldsm_x4_trans(ob, sO + fa_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
-                fa_mma16816<kBf16>(acc_dv[ct], pa, ob[0], ob[1]);
-                fa_mma16816<kBf16>(acc_dv[ct + 1], pa, ob[2], ob[3]);
+                fa_mma16816<kIn>(acc_dv[ct], pa, ob[0], ob[1]);
+                fa_mma16816<kIn>(acc_dv[ct + 1], pa, ob[2], ob[3]);
                 fa_ldsm_x4_trans(qb, sQ + fa_swz_at<kW>(lt, kk * 16, c0 / 8 + ct));
-                fa_mma16816<kBf16>(acc_dk[ct], da, qb[0], qb[1]);
-                fa_mma16816<kBf16>(acc_dk[ct + 1], da, qb[2], qb[3]);
+                fa_mma16816<kIn>(acc_dk[ct], da, qb[0], qb[1]);
+                fa_mma16816<kIn>(acc_dk[ct + 1], da, qb[2], qb[3]);
             }
         }
     }
@@ -495,22 +491,27 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const f
         for (int ct = 0; ct < kCT; ++ct) {
             const int col = c0 + ct * 8 + 2 * t;
             if (c0 / 8 + ct < prm.dch) {
-                *(uint32_t *)(dk + 2 * col) = fa_pack2<kBf16>(acc_dk[ct][2 * hf] * prm.scale,
-                                                              acc_dk[ct][2 * hf + 1] * prm.scale);
+                *(uint32_t *)(dk + 2 * col) = fa_pack2<kIn>(acc_dk[ct][2 * hf] * prm.scale,
+                                                            acc_dk[ct][2 * hf + 1] * prm.scale);
                 *(uint32_t *)(dv + 2 * col) =
-                    fa_pack2<kBf16>(acc_dv[ct][2 * hf], acc_dv[ct][2 * hf + 1]);
+                    fa_pack2<kIn>(acc_dv[ct][2 * hf], acc_dv[ct][2 * hf + 1]);
             }
         }
     }
 }
 
+/* The kernel: compiled for sm_75, only the Turing kind has a body. */
+template <int kD, int kBlockM, int kCols, int kIn>
+__global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dkdv_kernel(const fa_bwd_params prm) {
+    if constexpr (FA_SM80 || kIn == FA_IN_F16_SM75)
+        fa_mma_bwd_dkdv_body<kD, kBlockM, kCols, kIn>(prm);
+    else
+        __trap();
+}
+
 /* dQ of query block kBwdRows·m of head h in batch b; kBlockN keys a step. */
-template <int kD, int kBlockN, bool kBf16>
-__global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_bwd_params prm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); // never launched: fa__mma_bwd_supported() needs sm >= 80
-    return;
-#endif
+template <int kD, int kBlockN, int kIn>
+static __device__ __forceinline__ void fa_mma_bwd_dq_body(const fa_bwd_params &prm) {
     constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kNT = kBlockN / 8; // n8 tiles of S (keys)
     constexpr int kDT = kD / 8;      // n8 tiles of dQ
@@ -596,13 +597,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         for (int c = tid; c < kBlockN * prm.dch; c += kBwdThreads) {
             const int j = j0 + c / prm.dch;
             if (j < sk)
-                nonfinite |= fa_bwd_nonfinite<kBf16>(k + j * prm.k_ss + 16 * (c % prm.dch));
+                nonfinite |= fa_bwd_nonfinite<kIn>(k + j * prm.k_ss + 16 * (c % prm.dch));
         }
     }
     if (__syncthreads_or(nonfinite)) {
         fa_cp_async_wait_all();
         __syncthreads(); // every copy landed: the tiles are free
-        fa_bwd_dq_exact<kBf16>(
+        fa_bwd_dq_exact<kIn>(
             prm, prm.q + b * prm.q_sb + (int64_t)(rq + i0) * prm.q_ss + h * prm.q_sh,
             prm.dout + b * prm.do_sb + (int64_t)(rq + i0) * prm.do_ss + h * prm.do_sh, k, v,
             prm.dq + b * prm.dq_sb + (int64_t)(rq + i0) * prm.dq_ss + h * prm.dq_sh, b * prm.H + h,
@@ -622,7 +623,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         const uint32_t la = fa_opaque(lane_a), lb = fa_opaque(lane_b), lt = fa_opaque(lane_t);
 
         float s[kNT][4], dp[kNT][4]; // S, dP: [16 rows, kBlockN keys] per warp
-        fa_bwd_two_products<kD, kW, kNT, kBf16>(s, dp, sQ, sO, sK, sV, la, lb);
+        fa_bwd_two_products<kD, kW, kNT, kIn>(s, dp, sQ, sO, sK, sV, la, lb);
 
         /* dS: element e of n8 tile nt is row g + 8(e / 2), key j0 + nt·8 + 2t + e % 2. */
         const bool edge = j0 < lo_last || j0 + kBlockN > hi_first;
@@ -644,7 +645,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
                 }
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
-                ds[nt][hf] = fa_pack2<kBf16>(dv[2 * hf], dv[2 * hf + 1]);
+                ds[nt][hf] = fa_pack2<kIn>(dv[2 * hf], dv[2 * hf + 1]);
         }
 
         /* dQ += dS K */
@@ -657,8 +658,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
             for (int dt = 0; dt < kDT; dt += 2) {
                 uint32_t kb[4]; // B: K[16 keys, 16 d], transposed
                 fa_ldsm_x4_trans(kb, sK + fa_swz_at<kW>(lt, kk * 16, dt));
-                fa_mma16816<kBf16>(acc_dq[dt], da, kb[0], kb[1]);
-                fa_mma16816<kBf16>(acc_dq[dt + 1], da, kb[2], kb[3]);
+                fa_mma16816<kIn>(acc_dq[dt], da, kb[0], kb[1]);
+                fa_mma16816<kIn>(acc_dq[dt + 1], da, kb[2], kb[3]);
             }
         }
     }
@@ -675,21 +676,38 @@ __global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_
         for (int dt = 0; dt < kDT; ++dt)
             if (dt < prm.dch)
                 *(uint32_t *)(dq + 2 * (dt * 8 + 2 * t)) =
-                    fa_pack2<kBf16>(none ? 0.0f : acc_dq[dt][2 * hf] * prm.scale,
-                                    none ? 0.0f : acc_dq[dt][2 * hf + 1] * prm.scale);
+                    fa_pack2<kIn>(none ? 0.0f : acc_dq[dt][2 * hf] * prm.scale,
+                                  none ? 0.0f : acc_dq[dt][2 * hf + 1] * prm.scale);
     }
 }
 
-/* The kernels for kD: the dK/dV kernel's query rows a step and columns a CTA, the dQ kernel's
- * keys a step. */
+/* The kernel: compiled for sm_75, only the Turing kind has a body. */
+template <int kD, int kBlockN, int kIn>
+__global__ void __launch_bounds__(kBwdThreads, 1) fa_mma_bwd_dq_kernel(const fa_bwd_params prm) {
+    if constexpr (FA_SM80 || kIn == FA_IN_F16_SM75)
+        fa_mma_bwd_dq_body<kD, kBlockN, kIn>(prm);
+    else
+        __trap();
+}
+
+/* The kernels for kD and input kind: the dK/dV kernel's query rows a step and columns a CTA,
+ * the dQ kernel's keys a step. Within 99 KB of shared memory (sm_86, sm_89, sm_120) for the
+ * sm_80 kinds; within Turing's 64 KB up to kD = 128 for its kind (none above). */
 static __host__ __device__ constexpr int fa_bwd_dkdv_rows(int kd) {
-    return kd <= 64 ? 64 : kd <= 224 ? 32 : 16;
+    return kd <= 64 ? 64 : kd <= 128 ? 32 : 16;
 }
 static __host__ __device__ constexpr int fa_bwd_dkdv_cols(int kd) {
     return kd <= 128 ? kd : kd / 2;
 }
-static __host__ __device__ constexpr int fa_bwd_dq_keys(int kd) {
-    return kd <= 128 ? 64 : kd <= 224 ? 32 : 16;
+static __host__ __device__ constexpr int fa_bwd_dq_keys(int kd, int kind) {
+    return kd <= 64 || (kd <= 128 && kind != FA_IN_F16_SM75) ? 64 : kd <= 128 ? 32 : 16;
+}
+/* Their shared memory: the larger of the two. */
+static int fa_bwd_smem_bytes(int kd, int kind) {
+    const int w2 = fa_tile_width(kd) * 2;
+    const int dkdv = (2 * kBwdKeys + 4 * fa_bwd_dkdv_rows(kd)) * w2;
+    const int dq = (2 * kBwdRows + 4 * fa_bwd_dq_keys(kd, kind)) * w2;
+    return dkdv > dq ? dkdv : dq;
 }
 
 /* Sets the kernel's dynamic shared memory above 48 KB and launches it. */
@@ -707,30 +725,35 @@ static cudaError_t fa_bwd_launch(K kernel, const fa_bwd_params &prm, int64_t blo
 }
 
 /* Both kernels for kD: dK/dV over kb_blocks CTAs, then dQ over q_blocks. */
-template <int kD, bool kBf16>
+template <int kD, int kIn>
 static cudaError_t fa_bwd_launch_kd(fa_bwd_params prm, int nkb, int64_t kv_blocks, int nqb,
                                     int64_t q_blocks, cudaStream_t stream) {
     constexpr int kW = fa_tile_width(kD), kRowsM = fa_bwd_dkdv_rows(kD);
-    constexpr int kCols = fa_bwd_dkdv_cols(kD), kKeysN = fa_bwd_dq_keys(kD);
+    constexpr int kCols = fa_bwd_dkdv_cols(kD), kKeysN = fa_bwd_dq_keys(kD, kIn);
     cudaError_t err = cudaSuccess;
     if (kv_blocks > 0) {
         prm.nblk = nkb;
-        err = fa_bwd_launch(fa_mma_bwd_dkdv_kernel<kD, kRowsM, kCols, kBf16>, prm,
+        err = fa_bwd_launch(fa_mma_bwd_dkdv_kernel<kD, kRowsM, kCols, kIn>, prm,
                             kv_blocks * (kD / kCols), (2 * kBwdKeys + 4 * kRowsM) * kW * 2, stream);
     }
     if (err == cudaSuccess && q_blocks > 0) {
         prm.nblk = nqb;
-        err = fa_bwd_launch(fa_mma_bwd_dq_kernel<kD, kKeysN, kBf16>, prm, q_blocks,
+        err = fa_bwd_launch(fa_mma_bwd_dq_kernel<kD, kKeysN, kIn>, prm, q_blocks,
                             (2 * kBwdRows + 4 * kKeysN) * kW * 2, stream);
     }
     return err;
 }
 
 template <int kD>
-static cudaError_t fa_bwd_launch_as(bool bf16, const fa_bwd_params &prm, int nkb, int64_t kv_blocks,
+static cudaError_t fa_bwd_launch_as(int kind, const fa_bwd_params &prm, int nkb, int64_t kv_blocks,
                                     int nqb, int64_t q_blocks, cudaStream_t stream) {
-    return bf16 ? fa_bwd_launch_kd<kD, true>(prm, nkb, kv_blocks, nqb, q_blocks, stream)
-                : fa_bwd_launch_kd<kD, false>(prm, nkb, kv_blocks, nqb, q_blocks, stream);
+    if (kind == FA_IN_BF16)
+        return fa_bwd_launch_kd<kD, FA_IN_BF16>(prm, nkb, kv_blocks, nqb, q_blocks, stream);
+    if (kind == FA_IN_F16)
+        return fa_bwd_launch_kd<kD, FA_IN_F16>(prm, nkb, kv_blocks, nqb, q_blocks, stream);
+    if constexpr (kD <= 128) /* Turing's kind: none above (fa__mma_bwd_supported) */
+        return fa_bwd_launch_kd<kD, FA_IN_F16_SM75>(prm, nkb, kv_blocks, nqb, q_blocks, stream);
+    return cudaErrorInvalidValue;
 }
 
 /* The longest query and key sequences: the grid's blocks per (batch, head). */
@@ -747,12 +770,15 @@ static void fa_bwd_max_len(const fa__problem *p, int64_t *sq, int64_t *sk) {
     }
 }
 
-int fa__mma_bwd_supported(const fa__problem *p, int sm) {
-    const int32_t dt = p->q.dtype;
-    if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
+int fa__mma_bwd_supported(const fa__problem *p, int sm, int smem_optin) {
+    const int32_t dt = p->q.dtype, kind = fa_mma_kind(p, sm);
+    if (kind < 0)
         return 0;
     if (p->D < 8 || p->D > 256 || p->D % 8 != 0 || p->Dv != p->D) /* Dv != D: stage 1 */
         return 0;
+    if ((kind == FA_IN_F16_SM75 && p->D > 128) ||
+        fa_bwd_smem_bytes(fa_mma_kd(p->D), kind) > smem_optin)
+        return 0; /* a GPU with less shared memory: stage 1 */
     if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f) || p->seqlens_k)
         return 0;
     const fa__view *views[] = {&p->q, &p->k, &p->v, &p->out, &p->dout, &p->dq, &p->dk, &p->dv};
@@ -775,7 +801,7 @@ int fa__mma_bwd_supported(const fa__problem *p, int sm) {
            (nkb == 0 || p->B * p->Hk <= INT32_MAX / 2 / nkb);
 }
 
-cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
+cudaError_t fa__mma_backward(const fa__problem *p, int sm, const fa__bwd_rows_in *rows,
                              const int32_t *cu_q_dev, const int32_t *cu_k_dev,
                              cudaStream_t stream) {
     int64_t sq, sk;
@@ -822,25 +848,25 @@ cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
     prm.drop_scale = p->dropout_scale;
     prm.drop_seed = p->dropout_seed, prm.drop_offset = p->dropout_offset;
 
-    const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
+    const int kind = fa_mma_kind(p, sm);
     const int ikb = (int)nkb, iqb = (int)nqb;
     switch (fa_mma_kd(p->D)) {
     case 32:
-        return fa_bwd_launch_as<32>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<32>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 64:
-        return fa_bwd_launch_as<64>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<64>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 96:
-        return fa_bwd_launch_as<96>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<96>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 128:
-        return fa_bwd_launch_as<128>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<128>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 160:
-        return fa_bwd_launch_as<160>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<160>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 192:
-        return fa_bwd_launch_as<192>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<192>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 224:
-        return fa_bwd_launch_as<224>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<224>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     case 256:
-        return fa_bwd_launch_as<256>(bf16, prm, ikb, kv_blocks, iqb, q_blocks, stream);
+        return fa_bwd_launch_as<256>(kind, prm, ikb, kv_blocks, iqb, q_blocks, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -89,9 +89,10 @@ static __device__ __forceinline__ void fa_dec_group(Ptr at,
         for (int e = 0; e < 4; ++e)
             x[e] = fa__bits_f32(w[e]);
     } else {
+        constexpr int kIn = kDt == FA_DTYPE_BF16 ? FA_IN_BF16 : FA_IN_F16;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-            x[e] = fa_to_f32<kDt == FA_DTYPE_BF16>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
+            x[e] = fa_to_f32<kIn>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
     }
 }
 
@@ -438,7 +439,47 @@ static int64_t fa_dec_chunks(int64_t max_sk) {
     return max_sk > 0 ? (max_sk - 1) / FA_DECODE_CHUNK + 1 : 0;
 }
 
-int fa__decode_supported(const fa__problem *p) {
+static int fa_dec_log2(int x) {
+    int n = 0;
+    while ((1 << n) < x)
+        n++;
+    return n;
+}
+
+/* The shared-memory layout of prm for pd (prm->R set): tiles of T keys, the largest power of two
+ * from 128 down to 16 with T·D·sizeof(elem) <= kDecTileBytes whose layout fits smem bytes.
+ * Returns the layout's bytes, 0 when none fits. */
+static uint32_t fa_dec_layout(const fa__problem *pd, int smem, fa_dec_params *prm) {
+    const int es = fa_dec_es(pd->k.dtype);
+    prm->nch = (int)(pd->D * es / 16), prm->log_nchp = fa_dec_log2(prm->nch);
+    prm->nchp = 1 << prm->log_nchp;
+    const int rpt = 2 * es; /* the kernel's kRpt: 32 fp32 of o are kRpt rows of 16 / es */
+    const int ng = (prm->R + rpt - 1) / rpt;
+    prm->log_ng = fa_dec_log2(ng);
+    prm->pitch = 16 * (prm->nch | 1); /* an odd count of 16-byte groups: no bank conflicts */
+    int T = 128;
+    while (T > 16 && T * pd->D * es > kDecTileBytes)
+        T /= 2;
+    for (;; T /= 2) {
+        prm->T = T, prm->log_t = fa_dec_log2(T);
+        uint32_t stage = 2u * T * prm->pitch;
+        stage = stage > (uint32_t)kDecRedBytes ? (stage + 127) / 128 * 128 : (uint32_t)kDecRedBytes;
+        prm->stage = stage;
+        prm->q_at = 2 * stage;
+        prm->s_at = prm->q_at + (uint32_t)(4 * prm->R * pd->D);
+        prm->a_at = prm->s_at + 4u * prm->R * T;
+        prm->slope_at = prm->a_at + 4 * kDecMaxRows;
+        prm->band_at = prm->slope_at + 8 * kDecMaxRows;
+        prm->offs_at = prm->band_at + 8 * kDecMaxRows;
+        const uint32_t bytes = prm->offs_at + 32u * T;
+        if (bytes <= (uint32_t)smem)
+            return bytes;
+        if (T == 16)
+            return 0;
+    }
+}
+
+int fa__decode_supported(const fa__problem *p, int smem) {
     const int32_t dt = p->k.dtype;
     if (dt != FA_DTYPE_F32 && dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16)
         return 0;
@@ -453,6 +494,10 @@ int fa__decode_supported(const fa__problem *p) {
         (p->H / p->Hk) * p->Sq > kDecMaxRows)
         return 0;
     if (!fa_dec_view_ok(&p->k, es) || !fa_dec_view_ok(&p->v, es))
+        return 0;
+    fa_dec_params prm; /* its tiles fit the device's shared memory (64 KB a block on sm_75) */
+    prm.R = (int)(p->H / p->Hk * p->Sq);
+    if (fa_dec_layout(p, smem, &prm) == 0)
         return 0;
     /* keys in int32 (seqlens_k are); the grids: B·Hk CTAs a split, B·H·Sq / 4 combine blocks */
     return p->Sk <= INT32_MAX - FA_DECODE_CHUNK && p->B <= INT32_MAX / p->H &&
@@ -492,45 +537,20 @@ static cudaError_t fa_dec_launch(const fa_dec_params &prm, int64_t blocks, uint3
     return cudaGetLastError();
 }
 
-static int fa_dec_log2(int x) {
-    int n = 0;
-    while ((1 << n) < x)
-        n++;
-    return n;
-}
-
 cudaError_t fa__decode_forward(const fa__problem *pd, int64_t max_sk, int splits, void *scratch,
-                               cudaStream_t stream) {
+                               int smem, cudaStream_t stream) {
     const int64_t rows = pd->B * pd->H * pd->Sq, nc = fa_dec_chunks(max_sk);
     if (rows == 0)
         return cudaSuccess;
-    const int es = fa_dec_es(pd->k.dtype);
     fa_dec_params prm;
     prm.p = *pd;
     prm.G = (int)(pd->H / pd->Hk), prm.Sq = (int)pd->Sq, prm.R = prm.G * prm.Sq;
     const int64_t most = nc < INT32_MAX / (pd->B * pd->Hk) ? nc : INT32_MAX / (pd->B * pd->Hk);
     prm.splits = splits < 1 ? 1 : splits > most ? (int)(most > 0 ? most : 1) : splits;
     prm.nc = nc;
-    int T = 128;
-    while (T > 16 && T * pd->D * es > kDecTileBytes)
-        T /= 2;
-    prm.T = T, prm.log_t = fa_dec_log2(T);
-    prm.nch = (int)(pd->D * es / 16), prm.log_nchp = fa_dec_log2(prm.nch);
-    prm.nchp = 1 << prm.log_nchp;
-    const int rpt = 2 * es; /* the kernel's kRpt: 32 fp32 of o are kRpt rows of 16 / es */
-    const int ng = (prm.R + rpt - 1) / rpt;
-    prm.log_ng = fa_dec_log2(ng);
-    prm.pitch = 16 * (prm.nch | 1); /* an odd count of 16-byte groups: no bank conflicts */
-    uint32_t stage = 2u * T * prm.pitch;
-    stage = stage > (uint32_t)kDecRedBytes ? (stage + 127) / 128 * 128 : (uint32_t)kDecRedBytes;
-    prm.stage = stage;
-    prm.q_at = 2 * stage;
-    prm.s_at = prm.q_at + (uint32_t)(4 * prm.R * pd->D);
-    prm.a_at = prm.s_at + 4u * prm.R * T;
-    prm.slope_at = prm.a_at + 4 * kDecMaxRows;
-    prm.band_at = prm.slope_at + 8 * kDecMaxRows;
-    prm.offs_at = prm.band_at + 8 * kDecMaxRows;
-    const uint32_t smem_bytes = prm.offs_at + 32u * T;
+    const uint32_t smem_bytes = fa_dec_layout(pd, smem, &prm);
+    if (smem_bytes == 0) /* fa__decode_supported said no */
+        return cudaErrorInvalidValue;
     prm.qscale = pd->softcap > 0.0f ? pd->scale / pd->softcap : pd->scale * FA_ROW_LOG2E;
     prm.softcap_l2 = pd->softcap > 0.0f ? pd->softcap * FA_ROW_LOG2E : 0.0f;
     prm.ml = (float *)scratch;

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fwd_mma.cu — the stage-2 forward kernel: FA2-class attention on tensor cores for sm_80 and
- * later, fp16/bf16, any head dim D <= 256 that is a multiple of 8, with causal/sliding windows,
- * GQA, varlen, lse, softcap, ALiBi and KV caches. Everything else (and the varlen rows outside
- * every sequence) is stage 1's.
+ * later (fp16/bf16) and Turing, sm_75 (fp16: the FA_IN_F16_SM75 kind of mma_kind.h), any head
+ * dim D <= 256 that is a multiple of 8, with causal/sliding windows, GQA, varlen, lse, softcap,
+ * ALiBi and KV caches. Everything else (and the varlen rows outside every sequence) is stage
+ * 1's, as is any kernel whose shared memory the device cannot give a block.
  *
  * KV caches (fa_forward_kvcache, any number of query rows): batch b has seqlens_k[b] keys,
  * read in place through the cache's indices (problem.h, fa__view_at). The indices of a
@@ -36,6 +37,9 @@
  *   kD = 160 .. 256: 64x32 (96 KB smem: 2 CTAs an SM on sm_90), 244 registers without spills
  *            at D = 256. FA2 uses 64x64 with 4 warps or 128x64 with 8 there; double-buffered K/V
  *            at 64 keys would take 160 KB, one CTA an SM.
+ * Every tile fits the 99 KB a block can have on sm_86, sm_89 and sm_120 (one CTA an SM there
+ * above 48 KB). Turing's kind has its own tiles within its 64 KB (fa_sm75_block_n): 128x64 up to
+ * kD = 64, 128x32 up to 128, 64x16 above; FA_CUDA_TILE_D128 does not apply to it.
  *
  * Per CTA: Q once, K and V double-buffered (stage = block parity); every tile XOR-swizzled so
  * ldmatrix and cp.async are free of bank conflicts:
@@ -186,13 +190,13 @@ static __device__ __forceinline__ void fa_load_block(uint32_t dst, const char *f
  * rows tid / kChunks + it·kRowStep; keys below sk, chunks below dch) hold a NaN or an infinity?
  * A half is one when its exponent is all ones: adding the exponent's lowest bit then carries
  * into the half's top bit. v, bt, rk: V as fa_kv_off reads it. */
-template <int kRows, int kW, bool kBf16, bool kPaged>
+template <int kRows, int kW, int kIn, bool kPaged>
 static __device__ __forceinline__ bool fa_block_nonfinite(const fa_mma_params &prm, const char *v,
                                                           const int32_t *bt, int rk, int j0, int sk,
                                                           int tid) {
     constexpr int kChunks = kW / 8, kRowStep = kThreads / kChunks;
-    constexpr uint32_t kExp = kBf16 ? 0x7f807f80u : 0x7c007c00u;
-    constexpr uint32_t kExpLow = kBf16 ? 0x00800080u : 0x04000400u;
+    constexpr uint32_t kExp = FA_IN_IS_BF16(kIn) ? 0x7f807f80u : 0x7c007c00u;
+    constexpr uint32_t kExpLow = FA_IN_IS_BF16(kIn) ? 0x00800080u : 0x04000400u;
     const int r0 = j0 + tid / kChunks, ch = tid % kChunks;
     uint32_t any = 0;
 #pragma unroll
@@ -234,7 +238,7 @@ static __device__ __forceinline__ float fa_row_factor(const fa_mma_params &prm, 
  * keys a row sees take part, so a NaN or an infinity of V at a key it cannot see stays out,
  * which P V over a whole key block cannot do (0 times NaN is NaN). The key loop's results are
  * replaced by these when an edge block's V held such a value; slow, and only then. */
-template <int kBlockM, bool kBf16, bool kPaged, class Smem>
+template <int kBlockM, int kIn, bool kPaged, class Smem>
 static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const char *k,
                                      const char *v, const int32_t *bt, int rk, unsigned b,
                                      unsigned h, int rq, int sq, int sk, int i0, float slope_l2,
@@ -250,7 +254,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
         for (int j = lo; j < hi; ++j) {
             const char *kj = k + fa_kv_off<kPaged>(prm, bt, rk, prm.k_sb, prm.k_ss, j);
             const char *vj = v + fa_kv_off<kPaged>(prm, bt, rk, prm.v_sb, prm.v_ss, j);
-            float s = fa_dot_chunks<kBf16>(q, kj, prm.dch);
+            float s = fa_dot_chunks<kIn>(q, kj, prm.dch);
             if (prm.softcap_l2 != 0.0f)
                 s = prm.softcap_l2 * (1.0f - __fdividef(2.0f, fa_exp2(s * prm.softcap_in) + 1.0f));
             else
@@ -268,7 +272,7 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
             l += e;
             for (int ch = 0; ch < prm.dch; ++ch) {
                 float vx[8];
-                fa_chunk_f32<kBf16>(vj + 16 * ch, vx);
+                fa_chunk_f32<kIn>(vj + 16 * ch, vx);
 #pragma unroll
                 for (int x = 0; x < 8; ++x)
                     *o(8 * ch + x) += e * vx[x];
@@ -283,19 +287,15 @@ static __device__ void fa_rows_exact(const fa_mma_params &prm, Smem smem, const 
             if (prm.o_f32)
                 *(float2 *)(out + 4 * d) = make_float2(o0, o1);
             else
-                *(uint32_t *)(out + 2 * d) = fa_pack2<kBf16>(o0, o1);
+                *(uint32_t *)(out + 2 * d) = fa_pack2<kIn>(o0, o1);
         }
         if (prm.lse)
             prm.lse[b * prm.lse_sb + h * prm.lse_sh + (int64_t)(rq + i) * prm.lse_ss] = lse;
     }
 }
 
-template <int kD, int kBlockM, int kBlockN, bool kBf16, bool kPaged>
-__global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap(); // never launched: fa__mma_supported() needs sm >= 80 (cp.async, bf16 mma)
-    return;
-#endif
+template <int kD, int kBlockM, int kBlockN, int kIn, bool kPaged>
+static __device__ __forceinline__ void fa_mma_fwd_body(const fa_mma_params &prm) {
     constexpr int kW = fa_tile_width(kD), kRowBytes = kW * 2;
     constexpr int kMT = kBlockM / (16 * kWarps); // m16 tiles per warp
     constexpr int kWarpRows = 16 * kMT;
@@ -401,13 +401,13 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
             n = max(n, hi_first / kBlockN - 1);
         else
             v_nonfinite |=
-                fa_block_nonfinite<kBlockN, kW, kBf16, kPaged>(prm, v, bt, rk, j0, sk, tid);
+                fa_block_nonfinite<kBlockN, kW, kIn, kPaged>(prm, v, bt, rk, j0, sk, tid);
     }
     if (__syncthreads_or(v_nonfinite)) {
         fa_cp_async_wait_all();
         __syncthreads(); // every copy landed: the tiles are free
-        fa_rows_exact<kBlockM, kBf16, kPaged>(prm, smem, k, v, bt, rk, b, h, rq, sq, sk, i0,
-                                              slope_l2, tid);
+        fa_rows_exact<kBlockM, kIn, kPaged>(prm, smem, k, v, bt, rk, b, h, rq, sq, sk, i0, slope_l2,
+                                            tid);
         return;
     }
     /* This thread's sources in K(n) and V(n), stepped back a block before each load of the next
@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 fa_ldsm_x4(kb, sK + fa_swz_at<kW>(lk, nt * 8, 2 * kk));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
-                    fa_mma16816<kBf16>(s[mt][nt], qa[mt], kb[0], kb[1]);
-                    fa_mma16816<kBf16>(s[mt][nt + 1], qa[mt], kb[2], kb[3]);
+                    fa_mma16816<kIn>(s[mt][nt], qa[mt], kb[0], kb[1]);
+                    fa_mma16816<kIn>(s[mt][nt + 1], qa[mt], kb[2], kb[3]);
                 }
             }
         }
@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                     const float p0 = fa_exp2(fmaf(s[mt][nt][2 * hf], mult, -m_use));
                     const float p1 = fa_exp2(fmaf(s[mt][nt][2 * hf + 1], mult, -m_use));
                     sum += p0 + p1;
-                    p[mt][nt][hf] = fa_pack2<kBf16>(p0, p1);
+                    p[mt][nt][hf] = fa_pack2<kIn>(p0, p1);
                 }
                 row_l[mt][hf] = row_l[mt][hf] * alpha[mt][hf] + sum;
             }
@@ -580,8 +580,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
                 fa_ldsm_x4_trans(vb, sV + fa_swz_at<kW>(lv, kk * 16, dt));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
-                    fa_mma16816<kBf16>(acc_o[mt][dt], pa[mt], vb[0], vb[1]);
-                    fa_mma16816<kBf16>(acc_o[mt][dt + 1], pa[mt], vb[2], vb[3]);
+                    fa_mma16816<kIn>(acc_o[mt][dt], pa[mt], vb[0], vb[1]);
+                    fa_mma16816<kIn>(acc_o[mt][dt + 1], pa[mt], vb[2], vb[3]);
                 }
             }
         }
@@ -638,7 +638,7 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
                 *(uint32_t *)(smem + fa_swz<kW>(wrow + mt * 16 + hf * 8 + g, dt) + 4 * t) =
-                    fa_pack2<kBf16>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
+                    fa_pack2<kIn>(acc_o[mt][dt][2 * hf], acc_o[mt][dt][2 * hf + 1]);
     __syncwarp();
     constexpr int kChunks = kD / 8;
     static_assert(kWarpRows * kChunks % 32 == 0, "the warp's O chunks in whole passes");
@@ -651,33 +651,65 @@ __global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_pa
     }
 }
 
+/* The kernel: compiled for sm_75, only the Turing kind has a body (fa__mma_supported never
+ * picks another there). */
+template <int kD, int kBlockM, int kBlockN, int kIn, bool kPaged>
+__global__ void __launch_bounds__(kThreads, 2) fa_mma_fwd_kernel(const fa_mma_params prm) {
+    if constexpr (FA_SM80 || kIn == FA_IN_F16_SM75)
+        fa_mma_fwd_body<kD, kBlockM, kBlockN, kIn, kPaged>(prm);
+    else
+        __trap();
+}
+
 /* One launch: blocks CTAs of kThreads, Q plus two K/V stages of shared memory. */
-template <int kD, int kBlockM, int kBlockN, bool kBf16, bool kPaged>
+template <int kD, int kBlockM, int kBlockN, int kIn, bool kPaged>
 static cudaError_t fa_mma_launch(const fa_mma_params &prm, int64_t blocks, cudaStream_t stream) {
     constexpr int smem = (kBlockM + 4 * kBlockN) * fa_tile_width(kD) * 2;
     if (smem > 48 * 1024) {
         const cudaError_t err =
-            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16, kPaged>,
+            cudaFuncSetAttribute(fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kIn, kPaged>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (err != cudaSuccess)
             return err;
     }
-    fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kBf16, kPaged>
+    fa_mma_fwd_kernel<kD, kBlockM, kBlockN, kIn, kPaged>
         <<<(unsigned)blocks, kThreads, smem, stream>>>(prm);
     return cudaGetLastError();
 }
 
-/* fa_mma_launch of the kernel for kD (fa_block_m(kD) query rows a CTA), bf16 or fp16, for a
+/* fa_mma_launch of the kernel for kD (fa_block_m(kD) query rows a CTA) and input kind kIn, for a
  * paged cache or not. */
+template <int kD, int kBlockN, int kIn>
+static cudaError_t fa_mma_launch_paged(bool paged, const fa_mma_params &prm, int64_t blocks,
+                                       cudaStream_t stream) {
+    constexpr int kM = fa_block_m(kD);
+    return paged ? fa_mma_launch<kD, kM, kBlockN, kIn, true>(prm, blocks, stream)
+                 : fa_mma_launch<kD, kM, kBlockN, kIn, false>(prm, blocks, stream);
+}
+
+/* The same for the sm_80 kinds, bf16 or fp16. */
 template <int kD, int kBlockN>
 static cudaError_t fa_mma_launch_as(bool bf16, bool paged, const fa_mma_params &prm, int64_t blocks,
                                     cudaStream_t stream) {
-    constexpr int kM = fa_block_m(kD);
-    if (paged)
-        return bf16 ? fa_mma_launch<kD, kM, kBlockN, true, true>(prm, blocks, stream)
-                    : fa_mma_launch<kD, kM, kBlockN, false, true>(prm, blocks, stream);
-    return bf16 ? fa_mma_launch<kD, kM, kBlockN, true, false>(prm, blocks, stream)
-                : fa_mma_launch<kD, kM, kBlockN, false, false>(prm, blocks, stream);
+    return bf16 ? fa_mma_launch_paged<kD, kBlockN, FA_IN_BF16>(paged, prm, blocks, stream)
+                : fa_mma_launch_paged<kD, kBlockN, FA_IN_F16>(paged, prm, blocks, stream);
+}
+
+/* Key-block size of the Turing kind's kernel for kD: tiles within the 64 KB of shared memory a
+ * Turing block can have (128x64 at kD <= 64: 48 KB; 128x32 up to 128, 64x16 above: 64 KB). */
+static __host__ __device__ constexpr int fa_sm75_block_n(int kd) {
+    return kd <= 64 ? 64 : kd <= 128 ? 32 : 16;
+}
+
+/* The shared memory of the kernel for D of kind kind: Q plus two K/V stages; at kD = 128 of the
+ * sm_80 kinds, the larger of the two key blocks (fa__mma_d128_block_n). */
+static int fa_mma_smem_bytes(int64_t D, int kind) {
+    const int kd = fa_mma_kd(D);
+    const int bn = kind == FA_IN_F16_SM75 ? fa_sm75_block_n(kd)
+                   : kd <= 64             ? 128
+                   : kd <= 128            ? 64
+                                          : 32;
+    return (fa_block_m(kd) + 4 * bn) * fa_tile_width(kd) * 2;
 }
 
 /* Query rows per CTA for D: those of the kernel that runs it. */
@@ -706,9 +738,9 @@ static int fa_mma_cache_ok(const fa__problem *p) {
     return 1;
 }
 
-int fa__mma_supported(const fa__problem *p, int sm) {
-    const int32_t dt = p->q.dtype;
-    if (sm < 80 || (dt != FA_DTYPE_F16 && dt != FA_DTYPE_BF16))
+int fa__mma_supported(const fa__problem *p, int sm, int smem) {
+    const int32_t dt = p->q.dtype, kind = fa_mma_kind(p, sm);
+    if (kind < 0)
         return 0;
     if (p->D < 8 || p->D > 256 || p->D % 8 != 0 || p->Dv != p->D) /* Dv != D: stage 1 */
         return 0;
@@ -724,6 +756,8 @@ int fa__mma_supported(const fa__problem *p, int sm) {
     if (!fa_mma_cache_ok(p))
         return 0;
     /* The row max is taken on raw q·k and scaled after, which needs scale > 0. */
+    if (fa_mma_smem_bytes(p->D, kind) > smem) /* a GPU with less shared memory: stage 1 */
+        return 0;
     if (!(p->scale > 0.0f) ||
         (p->softcap > 0.0f && !isfinite(2.0f * FA_LOG2E_F * (p->scale / p->softcap))))
         return 0;
@@ -741,7 +775,7 @@ int fa__mma_d128_block_n(const char *tile, int sm) {
     return strcmp(tile, "128x32") == 0 ? 32 : strcmp(tile, "128x64") == 0 ? 64 : 0;
 }
 
-cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
+cudaError_t fa__mma_forward(const fa__problem *p, int sm, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream) {
     const int block_m = fa_mma_block_m(p->D);
     const int64_t nqb = (p->Sq + block_m - 1) / block_m, blocks = nqb * p->B * p->H;
@@ -789,6 +823,28 @@ cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_
     prm.softcap_in = p->softcap > 0.0f ? 2.0f * FA_LOG2E_F * (p->scale / p->softcap) : 0.0f;
     prm.softcap_l2 = p->softcap > 0.0f ? p->softcap * FA_LOG2E_F : 0.0f;
 
+    if (fa_mma_kind(p, sm) == FA_IN_F16_SM75) {
+        constexpr int kT = FA_IN_F16_SM75;
+        switch (fa_mma_kd(p->D)) {
+        case 32:
+            return fa_mma_launch_paged<32, fa_sm75_block_n(32), kT>(paged, prm, blocks, stream);
+        case 64:
+            return fa_mma_launch_paged<64, fa_sm75_block_n(64), kT>(paged, prm, blocks, stream);
+        case 96:
+            return fa_mma_launch_paged<96, fa_sm75_block_n(96), kT>(paged, prm, blocks, stream);
+        case 128:
+            return fa_mma_launch_paged<128, fa_sm75_block_n(128), kT>(paged, prm, blocks, stream);
+        case 160:
+            return fa_mma_launch_paged<160, fa_sm75_block_n(160), kT>(paged, prm, blocks, stream);
+        case 192:
+            return fa_mma_launch_paged<192, fa_sm75_block_n(192), kT>(paged, prm, blocks, stream);
+        case 224:
+            return fa_mma_launch_paged<224, fa_sm75_block_n(224), kT>(paged, prm, blocks, stream);
+        case 256:
+            return fa_mma_launch_paged<256, fa_sm75_block_n(256), kT>(paged, prm, blocks, stream);
+        }
+        return cudaErrorInvalidValue;
+    }
     const bool bf16 = p->q.dtype == FA_DTYPE_BF16;
     switch (fa_mma_kd(p->D)) {
     case 32:

@@ -37,14 +37,16 @@ cudaError_t fa__clear_outside(const fa__problem *p, cudaStream_t stream);
 cudaError_t fa__dropout_mask_kernel(const fa__problem *p, cudaStream_t stream);
 
 /* Stage 2 (fwd_mma.cu): does the mma.sync kernel handle p on a device of compute capability
- * sm = 10·major + minor? Never for Dv != D. Then fa__mma_forward computes what
- * fa__simple_forward would, with key blocks of d128_block_n keys when the kernel for D = 128
- * runs (D = 104..128; 32 or 64, see fa__mma_d128_block_n). KV caches too (the attention of
+ * sm = 10·major + minor (sm_80 and later: fp16, bf16; sm_75: fp16, Turing's instructions) whose
+ * blocks can have smem bytes of shared memory (cudaDevAttrMaxSharedMemoryPerBlockOptin)? Never
+ * for Dv != D. Then fa__mma_forward, given the same sm, computes what fa__simple_forward would,
+ * with key blocks of d128_block_n keys when the sm_80 kernel for D = 128 runs (D = 104..128; 32
+ * or 64, see fa__mma_d128_block_n). KV caches too (the attention of
  * fa_forward_kvcache, any Sq): fa__mma_supported takes the host problem (it reads seqlens_k and
  * row_off; K and V must share their indices), fa__mma_forward the problem with every index on
  * the device (pd, below; it reads k's indices for both), and cu_q_dev = cu_k_dev = NULL. */
-int fa__mma_supported(const fa__problem *p, int sm);
-cudaError_t fa__mma_forward(const fa__problem *p, int d128_block_n, const int32_t *cu_q_dev,
+int fa__mma_supported(const fa__problem *p, int sm, int smem);
+cudaError_t fa__mma_forward(const fa__problem *p, int sm, int d128_block_n, const int32_t *cu_q_dev,
                             const int32_t *cu_k_dev, cudaStream_t stream);
 
 /* The D = 128 key block on a device of compute capability sm, tile being FA_CUDA_TILE_D128:
@@ -72,15 +74,16 @@ cudaError_t fa__kv_rotate_q(const fa__problem *pd, const fa__kvcache_job *job,
  * for every split count. Does it handle p (host view; only the index pointers' presence is
  * read)? Fixed length, no dropout, G·Sq <= 16, Dv = D <= 256 with rows of whole 16-byte groups;
  * k, v and out of one dtype (fp32, fp16, bf16), q of that dtype or fp32; k and v with sd = 1
- * and data, ss, sh, sb on 16-byte boundaries (q, out and lse: any strides). */
-int fa__decode_supported(const fa__problem *p);
+ * and data, ss, sh, sb on 16-byte boundaries (q, out and lse: any strides); tiles that fit smem,
+ * the bytes of shared memory a block can have (fa__decode_forward takes the same smem). */
+int fa__decode_supported(const fa__problem *p, int smem);
 /* The splits (CTAs along the keys of one (batch, KV head)) for num_splits (> 0: that many, at
  * most the chunks; 0: chosen from sms, the device's SM count), and the scratch the call needs for
  * max_sk, the most keys of any batch (fa__decode_forward's max_sk must be the same). */
 int fa__decode_splits(const fa__problem *p, int64_t max_sk, int num_splits, int sms);
 size_t fa__decode_scratch_bytes(const fa__problem *p, int64_t max_sk);
 cudaError_t fa__decode_forward(const fa__problem *pd, int64_t max_sk, int splits, void *scratch,
-                               cudaStream_t stream);
+                               int smem, cudaStream_t stream);
 
 /* ---- fa_combine ---- */
 
@@ -104,11 +107,12 @@ cudaError_t fa__simple_backward(const fa__problem *p, const fa__bwd_rows_in *row
                                 cudaStream_t stream);
 
 /* Stage 2 (bwd_mma.cu): does the mma.sync backward handle p on a device of compute capability
- * sm (10·major + minor)? Never for Dv != D. Then fa__mma_backward computes dq of every query
- * row and dk, dv of every key row inside a sequence, for fp16/bf16 p, from rows
+ * sm (10·major + minor) whose blocks can have smem bytes of shared memory (as
+ * fa__mma_supported)? Never for Dv != D. Then fa__mma_backward, given the same sm, computes dq
+ * of every query row and dk, dv of every key row inside a sequence, for fp16/bf16 p, from rows
  * (fa__bwd_prepare), as fa__simple_backward would (deterministic, no atomics). */
-int fa__mma_bwd_supported(const fa__problem *p, int sm);
-cudaError_t fa__mma_backward(const fa__problem *p, const fa__bwd_rows_in *rows,
+int fa__mma_bwd_supported(const fa__problem *p, int sm, int smem);
+cudaError_t fa__mma_backward(const fa__problem *p, int sm, const fa__bwd_rows_in *rows,
                              const int32_t *cu_q_dev, const int32_t *cu_k_dev, cudaStream_t stream);
 
 /* bwd_simple.cu: p->dsinks from the sinks, the forward's lse and rows' delta (fa__bwd_prepare;

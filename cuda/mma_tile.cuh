@@ -85,25 +85,25 @@ static __device__ __forceinline__ void fa_load_tile(uint32_t dst, const char *sr
 }
 
 /* The 8 fp16/bf16 values of a 16-byte chunk, as fp32. */
-template <bool kBf16>
+template <int kIn>
 static __device__ __forceinline__ void fa_chunk_f32(const char *src, float (&x)[8]) {
     const uint4 c = *(const uint4 *)src;
     const uint32_t w[4] = {c.x, c.y, c.z, c.w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-        x[e] = fa_to_f32<kBf16>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
+        x[e] = fa_to_f32<kIn>((w[e / 2] >> (16 * (e % 2))) & 0xffffu);
     }
 }
 
 /* Σ a_d·b_d over the first dch 16-byte chunks of two fp16/bf16 rows, in d order (the exact
  * scalar paths of the forward and the backward). */
-template <bool kBf16>
+template <int kIn>
 static __device__ __forceinline__ float fa_dot_chunks(const char *a, const char *b, int dch) {
     float s = 0.0f;
     for (int ch = 0; ch < dch; ++ch) {
         float ax[8], bx[8];
-        fa_chunk_f32<kBf16>(a + 16 * ch, ax);
-        fa_chunk_f32<kBf16>(b + 16 * ch, bx);
+        fa_chunk_f32<kIn>(a + 16 * ch, ax);
+        fa_chunk_f32<kIn>(b + 16 * ch, bx);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
             s = fmaf(ax[e], bx[e], s);
@@ -121,6 +121,15 @@ static int fa_mma_cache_view_ok(const fa__view *x, int32_t dtype) {
 /* fa_mma_cache_view_ok without cache indirection. */
 static int fa_mma_view_ok(const fa__view *x, int32_t dtype) {
     return fa_mma_cache_view_ok(x, dtype) && !x->row_off && !x->block_table && !x->batch_idx;
+}
+
+/* The kernels' input kind for p's dtype on a device of compute capability sm: sm_80 and later
+ * take fp16 and bf16 on m16n8k16; sm_75 fp16 on m16n8k8; -1 where none applies. */
+static int fa_mma_kind(const fa__problem *p, int sm) {
+    const int32_t dt = p->q.dtype;
+    if (sm >= 80 && (dt == FA_DTYPE_F16 || dt == FA_DTYPE_BF16))
+        return dt == FA_DTYPE_BF16 ? FA_IN_BF16 : FA_IN_F16;
+    return sm >= 75 && dt == FA_DTYPE_F16 ? FA_IN_F16_SM75 : -1;
 }
 
 /* Indices stay in int: |i + off| < 2^29 for every row, windows are clamped to 2^30. */

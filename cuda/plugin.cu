@@ -109,28 +109,113 @@ static void leave_device(int device, const fa_saved_device *saved) {
         (void)cudaSetDevice(saved->device);
 }
 
-/* Compute capability 10·major + minor of each device, asked once (0 = not yet). */
-enum { FA_SM_CACHE = 64 };
-static int sm_cache[FA_SM_CACHE];
+/* What the kernel choice needs of a device: compute capability 10·major + minor, the shared
+ * memory a block can have (opt-in, bytes) and the SM count; asked once per device. */
+typedef struct fa_dev {
+    int sm, smem, sms;
+    int ksm, ksmem; /* sm and smem as the kernel choice takes them (kernel_device) */
+} fa_dev;
 
-static cudaError_t device_sm(int device, int *sm) {
-    if (device < FA_SM_CACHE && (*sm = __atomic_load_n(&sm_cache[device], __ATOMIC_RELAXED)) != 0)
+enum { FA_DEV_CACHE = 64 };
+static fa_dev dev_cache[FA_DEV_CACHE];
+static int dev_known[FA_DEV_CACHE];
+
+static cudaError_t device_info(int device, fa_dev *d) {
+    const int cached = device < FA_DEV_CACHE;
+    if (cached && __atomic_load_n(&dev_known[device], __ATOMIC_ACQUIRE)) {
+        *d = dev_cache[device];
         return cudaSuccess;
+    }
     int major = 0, minor = 0;
     cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e == cudaSuccess)
         e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&d->smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&d->sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess)
         return e;
-    *sm = 10 * major + minor;
-    if (device < FA_SM_CACHE)
-        __atomic_store_n(&sm_cache[device], *sm, __ATOMIC_RELAXED);
+    d->sm = 10 * major + minor;
+    d->ksm = d->sm, d->ksmem = d->smem;
+    if (cached) { /* racing writers store the same values */
+        dev_cache[device] = *d;
+        __atomic_store_n(&dev_known[device], 1, __ATOMIC_RELEASE);
+    }
     return cudaSuccess;
 }
 
-/* The SM count of device (asked at each call: one attribute query). */
-static cudaError_t device_sms(int device, int *sms) {
-    return cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+/* Can a device of compute capability sm run this plug-in's kernels: machine code of its major
+ * version and a minor at most its own, or PTX the driver compiles for it (PTX of sm_XY runs on
+ * every sm >= XY)? Read from FA_CUDA_ARCHS_STR, e.g. "sm_75 sm_80 sm_90 sm_120 + PTX 80". */
+static int have_image(int sm) {
+    int listed = 0;
+    for (const char *at = FA_CUDA_ARCHS_STR; (at = strpbrk(at, "0123456789")) != NULL; listed++) {
+        const int ptx = at >= FA_CUDA_ARCHS_STR + 4 && strncmp(at - 4, "PTX ", 4) == 0;
+        char *end;
+        const int a = (int)strtol(at, &end, 10);
+        if (ptx ? sm >= a : a / 10 == sm / 10 && a <= sm)
+            return 1;
+        at = end;
+    }
+    return !listed; /* not recorded: the driver decides at launch */
+}
+
+/* Which kernels a device of compute capability sm runs (FA_CUDA_KERNELS unset). */
+static const char *kernels_text(int sm) {
+    if (!have_image(sm))
+        return "none: this plug-in has no machine code or PTX for this GPU (built "
+               "for " FA_CUDA_ARCHS_STR ")";
+    if (sm >= 80)
+        return "tensor cores for fp16 and bf16 (mma.sync m16n8k16), fp32 on CUDA cores";
+    if (sm >= 75)
+        return "Turing tensor cores for fp16 (mma.sync m16n8k8); bf16 and fp32 on CUDA cores";
+    return "CUDA cores (fp32 arithmetic) for every dtype: no tensor-core kernels before sm_75";
+}
+
+/* FA_CUDA_KERNELS, read at every call: unset, "" or "auto" (0): the kernels for the device;
+ * "sm75" (75): Turing's tensor-core kernels on any GPU from sm_75 on (fp16; bf16 on stage 1),
+ * to test them on a newer one; "simple" (1): stage 1 only. -1: another value. */
+static int kernels_choice(const char *v) {
+    if (!v || !*v || strcmp(v, "auto") == 0)
+        return 0;
+    return strcmp(v, "sm75") == 0 ? 75 : strcmp(v, "simple") == 0 ? 1 : -1;
+}
+
+/* The device, and the compute capability the kernels are chosen for (FA_CUDA_KERNELS applied):
+ * FA_OK, or an error in msg. Called after enter_device. */
+static int kernel_device(int device, fa_dev *d, char *msg, size_t cap) {
+    const char *env = getenv("FA_CUDA_KERNELS");
+    const int choice = kernels_choice(env);
+    if (choice < 0) {
+        snprintf(msg, cap, "FA_CUDA_KERNELS is \"%.32s\"; expected auto, sm75 or simple", env);
+        return FA_ERR_VALUE;
+    }
+    const cudaError_t e = device_info(device, d);
+    if (e != cudaSuccess)
+        return fail(e, msg, cap,
+                    "cudaDeviceGetAttribute(compute capability, shared memory, SMs, "
+                    "%d)",
+                    device);
+    if (!have_image(d->sm)) {
+        snprintf(msg, cap,
+                 "CUDA device %d is sm_%d, for which this plug-in (built for " FA_CUDA_ARCHS_STR
+                 ") has no kernels%s",
+                 device, d->sm,
+                 d->sm < 75 ? ": CUDA 13 cannot compile for it; build the plug-in with a CUDA 12 "
+                              "toolkit, whose default FA_CUDA_ARCHS adds sm_70"
+                            : ": rebuild it with FA_CUDA_ARCHS naming this GPU");
+        return FA_ERR_UNSUPPORTED;
+    }
+    if (choice == 75 && d->sm < 75) {
+        snprintf(msg, cap, "FA_CUDA_KERNELS=sm75: CUDA device %d is sm_%d, older than Turing",
+                 device, d->sm);
+        return FA_ERR_UNSUPPORTED;
+    }
+    /* "simple": no tensor-core kernel applies below sm_75, and no decode tile fits 0 bytes */
+    d->ksm = choice == 75 ? 75 : choice == 1 ? 0 : d->sm;
+    d->ksmem = choice == 1 ? 0 : d->smem;
+    return FA_OK;
 }
 
 static int plugin_device_count(int *count, char *msg, size_t cap) {
@@ -151,8 +236,13 @@ static int plugin_device_describe(int device, char *buf, size_t bufcap, char *ms
     const cudaError_t e = cudaGetDeviceProperties(&prop, device);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "cudaGetDeviceProperties(%d)", device);
-    snprintf(buf, bufcap, "%s, sm_%d%d, %d SMs, %.1f GiB", prop.name, prop.major, prop.minor,
-             prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    fa_dev d;
+    const cudaError_t ea = device_info(device, &d);
+    if (ea != cudaSuccess)
+        return fail(ea, msg, cap, "cudaDeviceGetAttribute(%d)", device);
+    snprintf(buf, bufcap, "%s, sm_%d%d, %d SMs, %.1f GiB; kernels: %s", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount,
+             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), kernels_text(d.sm));
     return FA_OK;
 }
 
@@ -270,10 +360,9 @@ static int free_after(const fa_stream_mem *m, void *mem, int st, int device, con
     return st;
 }
 
-/* The forward on the current device (compute capability sm): clears the varlen rows outside
- * every sequence, uploads cu_q/cu_k (varlen) and runs the stage-2 kernel where it applies, else
- * stage 1. */
-static int run_forward(const fa__problem *p, int device, int sm, int d128_block_n,
+/* The forward on the current device d: clears the varlen rows outside every sequence, uploads
+ * cu_q/cu_k (varlen) and runs the stage-2 kernel where it applies, else stage 1. */
+static int run_forward(const fa__problem *p, int device, const fa_dev &d, int d128_block_n,
                        cudaStream_t stream, char *msg, size_t cap) {
     cudaError_t e = fa__clear_outside(p, stream);
     if (e != cudaSuccess)
@@ -285,20 +374,20 @@ static int run_forward(const fa__problem *p, int device, int sm, int d128_block_
     int st = upload_cu(p, &m, device, &cu, msg, cap);
     if (st != FA_OK)
         return st;
-    const int mma = fa__mma_supported(p, sm);
-    e = mma ? fa__mma_forward(p, d128_block_n, cu.q, cu.k, stream)
+    const int mma = fa__mma_supported(p, d.ksm, d.ksmem);
+    e = mma ? fa__mma_forward(p, d.ksm, d128_block_n, cu.q, cu.k, stream)
             : fa__simple_forward(p, cu.q, cu.k, stream);
     if (e != cudaSuccess)
         st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)",
-                  mma ? "fa__mma_forward" : "fa__simple_forward", device, sm);
+                  mma ? "fa__mma_forward" : "fa__simple_forward", device, d.sm);
     return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
 }
 
-/* The backward on the current device (compute capability sm): zeroes the varlen rows outside
- * every sequence, then Δ and lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and
- * dv by the stage-2 kernels where they apply, else stage 1, and dsinks when asked for. */
-static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t stream, char *msg,
-                        size_t cap) {
+/* The backward on the current device d: zeroes the varlen rows outside every sequence, then Δ and
+ * lse2 of every row into scratch ([2, H, R] fp32), then dq, dk and dv by the stage-2 kernels where
+ * they apply, else stage 1, and dsinks when asked for. */
+static int run_backward(const fa__problem *p, int device, const fa_dev &d, cudaStream_t stream,
+                        char *msg, size_t cap) {
     cudaError_t e = fa__bwd_clear_outside(p, stream);
     if (e != cudaSuccess)
         return fail(e, msg, cap, "bwd_clear_kernel launch on device %d", device);
@@ -328,9 +417,9 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
     const char *what = "fa__bwd_prepare";
     e = fa__bwd_prepare(p, &rows, cu.q, stream);
     if (e == cudaSuccess) {
-        const int mma = fa__mma_bwd_supported(p, sm);
+        const int mma = fa__mma_bwd_supported(p, d.ksm, d.ksmem);
         what = mma ? "fa__mma_backward" : "fa__simple_backward";
-        e = mma ? fa__mma_backward(p, &rows, cu.q, cu.k, stream)
+        e = mma ? fa__mma_backward(p, d.ksm, &rows, cu.q, cu.k, stream)
                 : fa__simple_backward(p, &rows, cu.q, cu.k, stream);
     }
     if (e == cudaSuccess && p->dsinks) {
@@ -338,7 +427,7 @@ static int run_backward(const fa__problem *p, int device, int sm, cudaStream_t s
         e = fa__bwd_dsinks(p, &rows, stream);
     }
     if (e != cudaSuccess)
-        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);
+        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, d.sm);
     st = free_after(&m, scratch, st, device, "backward scratch", msg, cap);
     return free_after(&m, cu.mem, st, device, "cu_seqlens", msg, cap);
 }
@@ -413,22 +502,22 @@ static fa__view q_view(const fa__problem *p, void *scratch, int32_t dtype) {
     return q;
 }
 
-/* The kernel for p on a device of compute capability sm, with q rotated into q_rot (or not,
- * NULL): the decode for few query rows a KV head, else the tensor-core forward where it
- * applies (q_rot in q's dtype), else stage 1. */
-static int kv_kernel(const fa__problem *p, void *q_rot, int sm) {
+/* The kernel for p on device d, with q rotated into q_rot (or not, NULL): the decode for few
+ * query rows a KV head, else the tensor-core forward where it applies (q_rot in q's dtype),
+ * else stage 1. */
+static int kv_kernel(const fa__problem *p, void *q_rot, const fa_dev &d) {
     fa__problem h = *p;
     h.q = q_view(p, q_rot, FA_DTYPE_F32);
-    if (fa__decode_supported(&h))
+    if (fa__decode_supported(&h, d.ksmem))
         return FA_KV_DECODE;
     h.q = q_view(p, q_rot, p->k.dtype);
-    return fa__mma_supported(&h, sm) ? FA_KV_MMA : FA_KV_SIMPLE;
+    return fa__mma_supported(&h, d.ksm, d.ksmem) ? FA_KV_MMA : FA_KV_SIMPLE;
 }
 
 /* fa_forward_kvcache on the current device: the indices uploaded, the append, q rotated, then
  * the attention kernel (kv_kernel) over the caches. */
-static int run_kvcache(const fa__problem *p, const fa__kvcache_job *job, int device, int sm,
-                       int sms, cudaStream_t stream, char *msg, size_t cap) {
+static int run_kvcache(const fa__problem *p, const fa__kvcache_job *job, int device,
+                       const fa_dev &d, cudaStream_t stream, char *msg, size_t cap) {
     const fa_stream_mem m = stream_mem(device, stream);
     fa_kv_dev kd;
     int st = upload_kv(p, job, &m, device, &kd, msg, cap);
@@ -445,7 +534,7 @@ static int run_kvcache(const fa__problem *p, const fa__kvcache_job *job, int dev
         st = fail(e, msg, cap, "allocating %zu bytes (rotated q) on device %d", q_bytes, device);
         return free_after(&m, kd.mem, st, device, "cache indices", msg, cap);
     }
-    const int kernel = kv_kernel(p, scratch, sm);
+    const int kernel = kv_kernel(p, scratch, d);
     void *partials = NULL;
     if (kernel == FA_KV_DECODE && p->Sq > 0) {
         const size_t bytes = fa__decode_scratch_bytes(p, max_sk);
@@ -468,15 +557,16 @@ static int run_kvcache(const fa__problem *p, const fa__kvcache_job *job, int dev
         what = names[kernel];
         if (kernel == FA_KV_DECODE)
             e = fa__decode_forward(&kd.pd, max_sk,
-                                   fa__decode_splits(p, max_sk, job->num_splits, sms), partials,
-                                   stream);
+                                   fa__decode_splits(p, max_sk, job->num_splits, d.sms), partials,
+                                   d.ksmem, stream);
         else if (kernel == FA_KV_MMA) /* the default D = 128 tile (FA_CUDA_TILE_D128 unread) */
-            e = fa__mma_forward(&kd.pd, fa__mma_d128_block_n(NULL, sm), NULL, NULL, stream);
+            e = fa__mma_forward(&kd.pd, d.ksm, fa__mma_d128_block_n(NULL, d.sm), NULL, NULL,
+                                stream);
         else
             e = fa__simple_forward(&kd.pd, NULL, NULL, stream);
     }
     if (st == FA_OK && e != cudaSuccess)
-        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, sm);
+        st = fail(e, msg, cap, "%s kernel launch on device %d (sm_%d)", what, device, d.sm);
     st = free_after(&m, partials, st, device, "decode partials", msg, cap);
     st = free_after(&m, scratch, st, device, "rotated q", msg, cap);
     return free_after(&m, kd.mem, st, device, "cache indices", msg, cap);
@@ -500,14 +590,13 @@ static int plugin_forward(const fa__problem *p, int device, void *stream, char *
         return FA_ERR_VALUE;
     }
     fa_saved_device prev;
-    int sm, st = enter_device(device, &prev, msg, cap);
+    int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    const cudaError_t e = device_sm(device, &sm);
-    if (e != cudaSuccess)
-        st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
-    else
-        st = run_forward(p, device, sm, fa__mma_d128_block_n(tile, sm), (cudaStream_t)stream, msg,
+    fa_dev d;
+    st = kernel_device(device, &d, msg, cap);
+    if (st == FA_OK)
+        st = run_forward(p, device, d, fa__mma_d128_block_n(tile, d.sm), (cudaStream_t)stream, msg,
                          cap);
     leave_device(device, &prev);
     return st;
@@ -518,12 +607,10 @@ static int plugin_backward(const fa__problem *p, int device, void *stream, char 
     int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    int sm;
-    const cudaError_t e = device_sm(device, &sm);
-    if (e != cudaSuccess)
-        st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, %d)", device);
-    else
-        st = run_backward(p, device, sm, (cudaStream_t)stream, msg, cap);
+    fa_dev d;
+    st = kernel_device(device, &d, msg, cap);
+    if (st == FA_OK)
+        st = run_backward(p, device, d, (cudaStream_t)stream, msg, cap);
     leave_device(device, &prev);
     return st;
 }
@@ -534,14 +621,10 @@ static int plugin_kvcache(const fa__problem *p, const fa__kvcache_job *job, int 
     int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    int sm = 0, sms = 0;
-    cudaError_t e = device_sm(device, &sm);
-    if (e == cudaSuccess)
-        e = device_sms(device, &sms);
-    if (e != cudaSuccess)
-        st = fail(e, msg, cap, "cudaDeviceGetAttribute(compute capability, SMs, %d)", device);
-    else
-        st = run_kvcache(p, job, device, sm, sms, (cudaStream_t)stream, msg, cap);
+    fa_dev d;
+    st = kernel_device(device, &d, msg, cap);
+    if (st == FA_OK)
+        st = run_kvcache(p, job, device, d, (cudaStream_t)stream, msg, cap);
     leave_device(device, &prev);
     return st;
 }
@@ -551,9 +634,13 @@ static int plugin_combine(const fa__combine *c, int device, void *stream, char *
     int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    const cudaError_t e = fa__combine_launch(c, (cudaStream_t)stream);
-    if (e != cudaSuccess)
-        st = fail(e, msg, cap, "combine_kernel launch on device %d", device);
+    fa_dev d;
+    st = kernel_device(device, &d, msg, cap);
+    if (st == FA_OK) {
+        const cudaError_t e = fa__combine_launch(c, (cudaStream_t)stream);
+        if (e != cudaSuccess)
+            st = fail(e, msg, cap, "combine_kernel launch on device %d", device);
+    }
     leave_device(device, &prev);
     return st;
 }
@@ -564,9 +651,13 @@ static int plugin_dropout_mask(const fa__problem *p, int device, void *stream, c
     int st = enter_device(device, &prev, msg, cap);
     if (st != FA_OK)
         return st;
-    const cudaError_t e = fa__dropout_mask_kernel(p, (cudaStream_t)stream);
-    if (e != cudaSuccess)
-        st = fail(e, msg, cap, "dropout_mask_kernel launch on device %d", device);
+    fa_dev d;
+    st = kernel_device(device, &d, msg, cap);
+    if (st == FA_OK) {
+        const cudaError_t e = fa__dropout_mask_kernel(p, (cudaStream_t)stream);
+        if (e != cudaSuccess)
+            st = fail(e, msg, cap, "dropout_mask_kernel launch on device %d", device);
+    }
     leave_device(device, &prev);
     return st;
 }

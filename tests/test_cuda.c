@@ -159,7 +159,8 @@ typedef struct ccfg {
     int layout; /* tu_layout of q, k, v, out and lse */
     int no_lse;
     float dropout_p;
-    const char *tile; /* FA_CUDA_TILE_D128 for the GPU call (NULL: the environment's) */
+    const char *tile;    /* FA_CUDA_TILE_D128 for the GPU call (NULL: the environment's) */
+    const char *kernels; /* FA_CUDA_KERNELS for the GPU call (NULL: the environment's) */
 } ccfg;
 
 static tu_errstats g_gpu[8], g_cpu[8]; /* vs fp64, per dtype */
@@ -217,6 +218,8 @@ static void describe(const ccfg *c, char *buf, size_t n) {
              tu_layout_name(c->layout), c->no_lse ? "none" : "yes", (double)c->dropout_p);
     if (c->tile)
         snprintf(buf + strlen(buf), n - strlen(buf), " FA_CUDA_TILE_D128=%s", c->tile);
+    if (c->kernels)
+        snprintf(buf + strlen(buf), n - strlen(buf), " FA_CUDA_KERNELS=%s", c->kernels);
 }
 
 /* Max |x - ref| over elements where both are finite (non-finite ones are tu_check_attention's
@@ -317,18 +320,19 @@ static void check_dropout_direct(const ccfg *c, int64_t nout, const double *gpu,
 
 /* Sets FA_CUDA_TILE_D128 to tile; returns its previous value (malloc'd, NULL when unset) for
  * tile_env_restore, which puts it back and frees it. */
-static char *tile_env_set(const char *tile) {
-    const char *cur = getenv("FA_CUDA_TILE_D128");
+/* Sets the environment variable name to value; returns its old value for env_restore. */
+static char *env_set(const char *name, const char *value) {
+    const char *cur = getenv(name);
     char *saved = cur ? strdup(cur) : NULL;
-    setenv("FA_CUDA_TILE_D128", tile, 1);
+    setenv(name, value, 1);
     return saved;
 }
 
-static void tile_env_restore(char *saved) {
+static void env_restore(const char *name, char *saved) {
     if (saved)
-        setenv("FA_CUDA_TILE_D128", saved, 1);
+        setenv(name, saved, 1);
     else
-        unsetenv("FA_CUDA_TILE_D128");
+        unsetenv(name);
     free(saved);
 }
 
@@ -479,13 +483,16 @@ static int run_case(const ccfg *c) {
         gcq.device = gck.device = FA_DEVICE_CUDA;
         gcq.device_index = gck.device_index = g_dev;
     }
-    char *env_tile = c->tile ? tile_env_set(c->tile) : NULL;
+    char *env_tile = c->tile ? env_set("FA_CUDA_TILE_D128", c->tile) : NULL;
+    char *env_kernels = c->kernels ? env_set("FA_CUDA_KERNELS", c->kernels) : NULL;
     fa_status st_g =
         vl ? fa_varlen_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gcq, &gck, maxq, maxk, &gout.t,
                                c->no_lse ? NULL : &glse.t)
            : fa_forward(NULL, &gparams, &gq.t, &gk.t, &gv.t, &gout.t, c->no_lse ? NULL : &glse.t);
     if (c->tile)
-        tile_env_restore(env_tile);
+        env_restore("FA_CUDA_TILE_D128", env_tile);
+    if (c->kernels)
+        env_restore("FA_CUDA_KERNELS", env_kernels);
     CHECK_MSG(st_g == FA_OK, "GPU forward returned %s (%d): %s", fa_status_name(st_g), (int)st_g,
               fa_last_error_message());
     if (st_g == FA_OK)
@@ -982,6 +989,26 @@ static void group_tiles(void) {
     group_line("tiles (FA_CUDA_TILE_D128 128x32, 128x64)", n, failed);
 }
 
+/* FA_CUDA_KERNELS: Turing's tensor-core kernels (fp16; bf16 on stage 1) and stage 1 alone, on
+ * whatever GPU this is (on an older one than sm_75, only "simple"): band variants at D = 64 and
+ * 128, fp16 and bf16, against the CPU and fp64 as every case. */
+static void group_kernel_choice(void) {
+    static const char *choices[2] = {"sm75", "simple"};
+    static const int dt[2] = {FA_DTYPE_F16, FA_DTYPE_BF16};
+    long n = 0, failed = 0;
+    for (int ci = 0; ci < 2; ci++)
+        for (int variant = 0; variant < BAND_VARIANTS; variant++)
+            for (int di = 0; di < 2; di++)
+                for (int D = 64; D <= 128; D += 64) {
+                    ccfg c = band_cfg(variant, 150, D);
+                    c.dtype = dt[di];
+                    c.kernels = choices[ci];
+                    failed += !run_case(&c);
+                    n++;
+                }
+    group_line("kernel choice (FA_CUDA_KERNELS sm75, simple)", n, failed);
+}
+
 /* Nothing to compute: Sq = 0 and B = 0 succeed: 2 x 3 dtypes = 6 cases. */
 static void group_empty(void) {
     long n = 0, failed = 0;
@@ -1476,9 +1503,18 @@ static void group_errors(void) {
         for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
             char desc[64];
             snprintf(desc, sizeof desc, "FA_CUDA_TILE_D128=\"%s\"", bad_tiles[i]);
-            char *saved = tile_env_set(bad_tiles[i]);
+            char *saved = env_set("FA_CUDA_TILE_D128", bad_tiles[i]);
             GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_TILE_D128", (void)0);
-            tile_env_restore(saved);
+            env_restore("FA_CUDA_TILE_D128", saved);
+        }
+        /* so does a FA_CUDA_KERNELS that names no kernel choice */
+        static const char *bad_kernels[] = {"sm80", "SIMPLE", "sm75 ", "turing"};
+        for (size_t i = 0; i < sizeof bad_kernels / sizeof bad_kernels[0]; i++) {
+            char desc[64];
+            snprintf(desc, sizeof desc, "FA_CUDA_KERNELS=\"%s\"", bad_kernels[i]);
+            char *saved = env_set("FA_CUDA_KERNELS", bad_kernels[i]);
+            GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_KERNELS", (void)0);
+            env_restore("FA_CUDA_KERNELS", saved);
         }
         GERR(K, "softcap NaN", FA_ERR_VALUE, "softcap", e.params.softcap = NAN);
         GERR(K, "dropout_p = 1", FA_ERR_VALUE, "dropout_p", e.params.dropout_p = 1.0f);
@@ -1545,6 +1581,41 @@ static void group_errors(void) {
                test_state_g_.cases_failed - f0);
 }
 
+/* A GPU for which the plug-in has no kernels (an sm_70 under a CUDA 13 build; FA_EMU_SM=70 in
+ * the emulator): a forward must fail with FA_ERR_UNSUPPORTED, name the GPU's sm and what to do,
+ * and write nothing. Returns 1 for such a GPU (after checking so), 0 when the forward runs. */
+static int no_kernels_checked(void) {
+    static const int64_t shape[4] = {1, 1, 1, 8};
+    void *buf[4];
+    uint16_t host[8], got[8];
+    memset(host, 0x3c, sizeof host); /* fp16 1.0-ish inputs; out poisoned below */
+    fa_tensor t[4];
+    for (int i = 0; i < 4; i++) {
+        buf[i] = dev_alloc(sizeof host);
+        h2d(buf[i], host, sizeof host);
+        t[i] = fa_tensor_contiguous(buf[i], FA_DTYPE_F16, 4, shape);
+        t[i].device = FA_DEVICE_CUDA, t[i].device_index = g_dev;
+    }
+    memset(host, 0xff, sizeof host);
+    h2d(buf[3], host, sizeof host);
+    const fa_status st = fa_forward(NULL, NULL, &t[0], &t[1], &t[2], &t[3], NULL);
+    char msg[1024]; /* the copies below clear the last error */
+    snprintf(msg, sizeof msg, "%s", fa_last_error_message());
+    const int none = st == FA_ERR_UNSUPPORTED && strstr(msg, "has no kernels") != NULL;
+    if (none) {
+        CASE_BEGIN("a GPU without kernels in this plug-in: a clear error, nothing written");
+        d2h(got, buf[3], sizeof got);
+        CHECK_MSG(memcmp(got, host, sizeof got) == 0, "out was written");
+        CHECK_MSG(strstr(msg, "sm_") && strstr(msg, "FA_CUDA_ARCHS"),
+                  "the message names neither the GPU's sm nor FA_CUDA_ARCHS: %s", msg);
+        CASE_END();
+        printf("no kernels for this GPU checked: %s\n", msg);
+    }
+    for (int i = 0; i < 4; i++)
+        dev_free(buf[i]);
+    return none;
+}
+
 int main(void) {
     int32_t n = -1;
     fa_status st = fa_device_count(FA_DEVICE_CUDA, &n);
@@ -1559,6 +1630,8 @@ int main(void) {
     printf("library %s; %s\n", fa_version_string(), fa_build_info());
     printf("%d CUDA device(s); running on device %d\n", (int)n, (int)g_dev);
     fflush(stdout);
+    if (no_kernels_checked())
+        return TEST_REPORT();
 
     group_device_helpers();
     group_errors();
@@ -1571,6 +1644,7 @@ int main(void) {
     group_dropout();
     group_large();
     group_tiles();
+    group_kernel_choice();
 
     CHECK_MSG(g_live_allocs == 0, "%ld device allocations were not freed", g_live_allocs);
     printf("forward cases: %ld\n", g_cases_total);

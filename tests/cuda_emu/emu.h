@@ -72,6 +72,23 @@ static unsigned g_gridx = 0;
 static int g_nthreads = 0;
 static int g_verbose_errs = 30;
 
+/* The emulated device's compute capability, 10·major + minor: FA_EMU_SM (default 90), or set by
+ * a test. Below 80 the sm_80 instructions (m16n8k16, cvt to f16x2/bf16x2) are errors, and the
+ * copies of mma.cuh's fa_cp_async16 are synchronous, as the sm_75 build compiles them. */
+static int g_sm = [] {
+    const char *v = getenv("FA_EMU_SM");
+    return v && *v ? atoi(v) : 90;
+}();
+
+/* The shared memory a block can have on a device of compute capability sm (opt-in, bytes). */
+static inline int smem_optin(int sm) {
+    return sm >= 90 && sm < 100   ? 227 * 1024
+           : sm == 80 || sm == 87 ? 163 * 1024
+           : sm >= 80             ? 99 * 1024
+           : sm == 75             ? 64 * 1024
+                                  : 96 * 1024;
+}
+
 #define EMU_ERR(...)                                                                               \
     do {                                                                                           \
         if (emu::g_errors++ < emu::g_verbose_errs) {                                               \
@@ -313,7 +330,16 @@ static inline void syncthreads() { syncthreads_kind(1, 0); }
 static inline int syncthreads_or(int pred) { return syncthreads_kind(2, pred); }
 
 // ---- warp collectives ------------------------------------------------------------------------
-enum Op { OP_LDSM = 1, OP_LDSM_T, OP_MMA_F16, OP_MMA_BF16, OP_SHFL_XOR, OP_ANY, OP_SYNCWARP };
+enum Op {
+    OP_LDSM = 1,
+    OP_LDSM_T,
+    OP_MMA_F16,
+    OP_MMA_BF16,
+    OP_MMA_F16_K8,
+    OP_SHFL_XOR,
+    OP_ANY,
+    OP_SYNCWARP
+};
 struct CIn {
     int op;
     uint32_t u[4];
@@ -396,23 +422,26 @@ static inline void compute_collective(int w, WarpColl &W) {
                 W.out[l].r[m] = (uint32_t)lo | ((uint32_t)hi << 16);
             }
         }
-    } else if (op == OP_MMA_F16 || op == OP_MMA_BF16) {
-        const bool bf = op == OP_MMA_BF16;
+    } else if (op == OP_MMA_F16 || op == OP_MMA_BF16 || op == OP_MMA_F16_K8) {
+        const bool bf = op == OP_MMA_BF16, k8 = op == OP_MMA_F16_K8;
+        if (!k8 && g_sm < 80)
+            EMU_ERR("mma.sync.m16n8k16 on an emulated sm_%d (needs sm_80)", g_sm);
         double A[16][16], B[16][8], C[16][8];
         for (int l = 0; l < 32; ++l) {
             const int g = l >> 2, t = l & 3;
             const CIn &x = W.in[l];
-            // A: a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+            // A: a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); m16n8k8: a0, a1
+            // B: b0 k rows 2t, 2t+1 col g; b1 k rows 2t+8, 2t+9 col g; m16n8k8: b0
+            // (the PTX ISA's fragments; m16n8k8's columns 8..15 of A and rows 8..15 of B are 0)
             for (int r = 0; r < 4; ++r) {
                 const int row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
-                A[row][col] = lo_f(x.u[r], bf);
-                A[row][col + 1] = hi_f(x.u[r], bf);
+                A[row][col] = k8 && r >= 2 ? 0.0 : lo_f(x.u[r], bf);
+                A[row][col + 1] = k8 && r >= 2 ? 0.0 : hi_f(x.u[r], bf);
             }
-            // B: b0 k rows 2t, 2t+1 col g; b1 k rows 2t+8, 2t+9 col g
             B[2 * t][g] = lo_f(x.b0, bf);
             B[2 * t + 1][g] = hi_f(x.b0, bf);
-            B[2 * t + 8][g] = lo_f(x.b1, bf);
-            B[2 * t + 9][g] = hi_f(x.b1, bf);
+            B[2 * t + 8][g] = k8 ? 0.0 : lo_f(x.b1, bf);
+            B[2 * t + 9][g] = k8 ? 0.0 : hi_f(x.b1, bf);
             // C: c0,c1 (g, 2t, 2t+1) c2,c3 (g+8, 2t, 2t+1)
             C[g][2 * t] = x.c[0];
             C[g][2 * t + 1] = x.c[1];
@@ -490,6 +519,23 @@ static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
         g_sh[a].pend = t;
     memset(&g_smem[dst], 0xff, 16); // poison until it lands
     g_fib[t].cp.push_back(op);
+}
+// The sm_75 build's fa_cp_async16: ld.global then st.shared, done when it returns.
+static inline void copy16_sync(uint32_t dst, const void *src, bool valid) {
+    const int t = g_cur;
+    if (!smem_range_ok(dst, 16, 16, "16-byte copy dst"))
+        return;
+    if ((uintptr_t)src % 16)
+        EMU_ERR("16-byte copy: global src %p not 16-byte aligned", src);
+    const bool inside = global_ok(src, 16);
+    if (valid && !inside)
+        EMU_ERR("16-byte copy: global src %p outside every buffer", src);
+    smem_write_check(t, dst, 16, "16-byte copy");
+    if (valid && inside)
+        memcpy(&g_smem[dst], src, 16);
+    else /* zero fill; a bad source lands as NaN */
+        memset(&g_smem[dst], valid ? 0xff : 0, 16);
+    smem_mark_written(t, dst, 16);
 }
 static inline void cp_async_commit() {
     for (auto &op : g_fib[g_cur].cp)
@@ -638,8 +684,9 @@ static void launch(K kern, unsigned grid, int block, int smem_bytes, A... args) 
             maxdyn = a.second;
     if (smem_bytes > maxdyn)
         EMU_ERR("launch: %d bytes of dynamic smem > the %d allowed", smem_bytes, maxdyn);
-    if (smem_bytes > 227 * 1024)
-        EMU_ERR("launch: %d bytes of smem > 227 KB (sm_90 max)", smem_bytes);
+    if (smem_bytes > smem_optin(g_sm))
+        EMU_ERR("launch: %d bytes of smem > the %d a block has on sm_%d", smem_bytes,
+                smem_optin(g_sm), g_sm);
     if (block / 32 > kMaxWarps || block % 32) {
         EMU_ERR("launch: block %d unsupported by the emulator", block);
         return;
@@ -680,6 +727,8 @@ static void operator^(void (*kern)(P...), const std::pair<emu::LaunchCfg, std::t
 
 template <class F> static cudaError_t cudaFuncSetAttribute(F f, cudaFuncAttribute attr, int v) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (v > emu::smem_optin(emu::g_sm))
+            return cudaErrorInvalidValue; /* as the runtime: more than the device has */
         for (auto &a : emu::g_func_attr)
             if (a.first == (const void *)f) {
                 a.second = v;
@@ -690,6 +739,9 @@ template <class F> static cudaError_t cudaFuncSetAttribute(F f, cudaFuncAttribut
     return cudaSuccess;
 }
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+static inline void __trap() {
+    EMU_ERR("trap: a kernel with no body for the emulated sm_%d ran", emu::g_sm);
+}
 
 #define threadIdx (emu::Dim3{(unsigned)emu::g_cur, 0u, 0u})
 #define blockIdx (emu::Dim3{emu::g_bx, 0u, 0u})

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 // emu_runtime.h — the CUDA runtime calls cuda/plugin.cu makes, for the emulated plug-in
-// (tests/cuda_emu/plugin_emu.cpp): one device, "sm_90", whose memory is host memory. Every
+// (tests/cuda_emu/plugin_emu.cpp): one device, of compute capability emu::g_sm (FA_EMU_SM, default
+// sm_90) and that GPU's shared memory a block (emu::smem_optin), whose memory is host memory. Every
 // allocation is registered with emu.h so cp.async sources are checked against it; copies must
 // stay inside allocations on the device side; kernels run to completion at launch, so streams
 // and synchronization are trivially ordered. Driver entry points are not offered (the plug-in
@@ -21,7 +22,8 @@ enum cudaDeviceAttr {
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMinor = 76,
-    cudaDevAttrMemoryPoolsSupported = 115
+    cudaDevAttrMemoryPoolsSupported = 115,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
 enum { cudaEnableDefault = 0 };
@@ -56,9 +58,12 @@ static inline cudaError_t cudaSetDevice(int d) {
 static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
     if (device != 0)
         return cudaErrorInvalidDevice;
-    *v = attr == cudaDevAttrComputeCapabilityMajor ? 9
-         : attr == cudaDevAttrMultiProcessorCount  ? (int)kEmuSMs
-                                                   : attr == cudaDevAttrMemoryPoolsSupported;
+    *v = attr == cudaDevAttrComputeCapabilityMajor   ? emu::g_sm / 10
+         : attr == cudaDevAttrComputeCapabilityMinor ? emu::g_sm % 10
+         : attr == cudaDevAttrMultiProcessorCount    ? (int)kEmuSMs
+         : attr == cudaDevAttrMaxSharedMemoryPerBlockOptin
+             ? emu::smem_optin(emu::g_sm)
+             : attr == cudaDevAttrMemoryPoolsSupported;
     return cudaSuccess;
 }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
@@ -66,7 +71,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int devi
         return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "emulated GPU (tests/cuda_emu)");
-    prop->major = 9, prop->minor = 0, prop->multiProcessorCount = kEmuSMs;
+    prop->major = emu::g_sm / 10, prop->minor = emu::g_sm % 10, prop->multiProcessorCount = kEmuSMs;
     prop->totalGlobalMem = (size_t)1 << 30;
     return cudaSuccess;
 }

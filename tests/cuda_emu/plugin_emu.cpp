@@ -5,7 +5,8 @@
 // them (launches and the shared-memory array swapped for the emulator's). The same entry point
 // and ABI handshake, one emulated device. ctest runs the GPU test suites (tests/test_cuda.c,
 // test_cuda_backward.c, test_kvcache.c --cuda, test_combine) against it through FA_CUDA_PLUGIN,
-// so the plug-in's host code and every kernel run without a GPU.
+// so the plug-in's host code and every kernel run without a GPU; FA_EMU_SM picks the emulated
+// GPU (emu.h).
 #include "emu_runtime.h"
 
 #include "fwd_simple_emu.cu"
@@ -23,4 +24,6 @@
 /* last: its shared-memory array is a global, which the others' would shadow */
 #include "bwd_mma_emu.cu"
 
+/* The default build's code (CMakeLists.txt, CUDA 13): an emulated sm_70 has none */
+#define FA_CUDA_ARCHS_STR "sm_75 sm_80 sm_90 sm_120 + PTX 80"
 #include "plugin.cu" /* cuda/plugin.cu, unchanged */

@@ -62,6 +62,7 @@ struct Cfg {
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
     int bn = 32;             // kD = 128: the key block (32 or 64; main runs both)
+    int sm = 80;             // the device: 80 (m16n8k16), or 75 (Turing's kind, fp16 only)
     std::vector<Plant> plants;
     const char *nf_case = nullptr; // the non-finite suite's case name (table rows)
 };
@@ -251,11 +252,15 @@ static int run(const Cfg &c) {
         if (c.simple) {
             fa__simple_forward(&p, p.cu_q, p.cu_k, nullptr);
         } else {
-            if (!fa__mma_supported(&p, 80)) {
+            emu::g_sm = c.sm;
+            const int ok = fa__mma_supported(&p, c.sm, emu::smem_optin(c.sm));
+            if (ok)
+                fa__mma_forward(&p, c.sm, c.bn, p.cu_q, p.cu_k, nullptr);
+            emu::g_sm = 90;
+            if (!ok) {
                 printf("  not supported by fa__mma_supported\n");
                 return 1;
             }
-            fa__mma_forward(&p, c.bn, p.cu_q, p.cu_k, nullptr);
         }
     }
 
@@ -412,6 +417,7 @@ static std::string describe(const Cfg &c) {
              c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr, c.softcap, c.alibi, c.lse,
              c.pad, c.mag, c.scale, c.sink, vl.c_str(), c.out32 ? " out=fp32" : "",
              c.simple                ? " stage-1"
+             : c.sm == 75            ? " sm_75 (m16n8k8)"
              : fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32")
                                      : "");
     std::string r = buf;
@@ -618,7 +624,7 @@ static void add_f32out(std::vector<Cfg> &cfgs) {
  * (causal: only its last row sees it, whose column 3 must be NaN; the other rows must not be,
  * which the kernel's exact row path guarantees). */
 struct CacheCfg {
-    int D = 64, G = 1, Sq = 1, bn = 32, page = 16;
+    int D = 64, G = 1, Sq = 1, bn = 32, page = 16, sm = 80;
     bool bf = false, causal = false, lse = true;
     bool nan_v = false; // V NaN at batch 1's last key, head 0, column 3
     char layout = 'c';
@@ -635,7 +641,10 @@ static std::string describe_cache(const CacheCfg &c) {
              c.bf ? "bf16" : "fp16", c.D, c.G, c.Sq, c.sk[0], c.sk[1], c.sk[2], c.layout,
              c.layout == 'p' || c.layout == 'q' ? c.page : 0, c.causal, c.wl, c.wr, c.softcap,
              c.alibi, c.lse, c.nan_v ? " nan_v" : "",
-             fa_mma_kd(c.D) == 128 ? (c.bn == 64 ? " tile=128x64" : " tile=128x32") : "");
+             c.sm == 75              ? " sm_75 (m16n8k8)"
+             : fa_mma_kd(c.D) != 128 ? ""
+             : c.bn == 64            ? " tile=128x64"
+                                     : " tile=128x32");
     return buf;
 }
 
@@ -774,11 +783,15 @@ static int run_cache(const CacheCfg &c) {
     p.scale = 1.0f / sqrtf((float)D);
     ref_set_options(p, c.causal, c.wl, c.wr, c.softcap, c.alibi != 0 ? slopes.data() : nullptr);
     const long err0 = emu::g_errors;
-    if (!fa__mma_supported(&p, 80)) {
+    emu::g_sm = c.sm;
+    const int ok = fa__mma_supported(&p, c.sm, emu::smem_optin(c.sm));
+    if (ok)
+        fa__mma_forward(&p, c.sm, c.bn, nullptr, nullptr, nullptr);
+    emu::g_sm = 90;
+    if (!ok) {
         printf("  not supported by fa__mma_supported\n");
         return 1;
     }
-    fa__mma_forward(&p, c.bn, nullptr, nullptr, nullptr);
 
     /* |v| <= 1: out rounded to the dtype and P rounded for P V, half an ulp at 1 each (as run) */
     const double tol = 2.0 * ldexp(1.0, c.bf ? -9 : -12) + 1e-5;
@@ -913,7 +926,7 @@ static int check_cache_supported() {
     cases.push_back(c);
     int wrong = 0;
     for (const Case &x : cases) {
-        const int got = fa__mma_supported(&x.p, 80);
+        const int got = fa__mma_supported(&x.p, 80, emu::smem_optin(80));
         if (got != x.want) {
             printf("FAIL: fa__mma_supported, %s: %d, expected %d\n", x.what, got, x.want);
             wrong++;
@@ -928,6 +941,8 @@ static std::string kernel_label(const Cfg &c) {
     if (c.simple)
         return "stage-1";
     const int kd = fa_mma_kd(c.D);
+    if (c.sm == 75)
+        return "mma sm_75 kD=" + std::to_string(kd);
     return "mma kD=" + std::to_string(kd) + (kd == 128 ? (c.bn == 64 ? " 128x64" : " 128x32") : "");
 }
 
@@ -1143,13 +1158,30 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles). */
+    /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles), and
+     * every fp16 one also on an emulated sm_75 (Turing's kind: m16n8k8, synchronous copies, its
+     * own tiles). */
     const size_t n_listed = cfgs.size();
-    for (size_t i = 0; i < n_listed; ++i)
-        if (!cfgs[i].simple && fa_mma_kd(cfgs[i].D) == 128) {
+    for (size_t i = 0; i < n_listed; ++i) {
+        if (cfgs[i].simple)
+            continue;
+        if (fa_mma_kd(cfgs[i].D) == 128) {
             Cfg c = cfgs[i];
             c.bn = 64;
             cfgs.push_back(c);
+        }
+        if (!cfgs[i].bf && !cfgs[i].f32) {
+            Cfg c = cfgs[i];
+            c.sm = 75;
+            cfgs.push_back(c);
+        }
+    }
+    const size_t n_cache = cache_cfgs.size();
+    for (size_t i = 0; i < n_cache; ++i)
+        if (!cache_cfgs[i].bf && cache_cfgs[i].bn == 32) {
+            CacheCfg c = cache_cfgs[i];
+            c.sm = 75;
+            cache_cfgs.push_back(c);
         }
     int fails = check_tile_names();
     /* the non-finite table: (kernel, dtype) -> case -> (runs, failed) */

@@ -54,6 +54,7 @@ struct Cfg {
     float dropout = 0;       // dropout_p (seed and offset fixed below)
     std::vector<int> lq, lk; // varlen lengths (empty: fixed)
     int pad = 0;             // extra elements (multiple of 8) on every head and row stride
+    int sm = 80;             // the device: 80 (m16n8k16), or 75 (Turing's kind, fp16, D <= 128)
     std::vector<Plant> plants;
     const char *nf_case = nullptr; // the non-finite suite's case name
 };
@@ -70,10 +71,10 @@ static std::string describe(const Cfg &c) {
     }
     snprintf(buf, sizeof buf,
              "%s D=%d B=%d H=%d Hk=%d Sq=%d Sk=%d causal=%d wl=%d wr=%d softcap=%g alibi=%g "
-             "dropout=%g pad=%d mag=%g scale=%g%s%s",
+             "dropout=%g pad=%d mag=%g scale=%g%s%s%s",
              c.bf ? "bf16" : "fp16", c.D, c.B, c.H, c.Hk, c.Sq, c.Sk, c.causal, c.wl, c.wr,
              c.softcap, c.alibi, c.dropout, c.pad, c.mag, c.scale, vl.c_str(),
-             c.twice ? " twice" : "");
+             c.twice ? " twice" : "", c.sm == 75 ? " sm_75 (m16n8k8)" : "");
     std::string r = buf;
     if (c.nf_case)
         r += std::string(" case=") + c.nf_case;
@@ -271,12 +272,14 @@ static int run(const Cfg &c, double *worst) {
     p.dropout_p = c.dropout, p.dropout_threshold = threshold, p.dropout_scale = drop_scale;
     p.dropout_seed = seed, p.dropout_offset = offset;
     fa__bwd_rows_in rows_in = {delta.data(), lse2.data(), R};
-    if (!fa__mma_bwd_supported(&p, 80)) {
+    emu::g_sm = c.sm;
+    if (!fa__mma_bwd_supported(&p, c.sm, emu::smem_optin(c.sm))) {
         printf("  not supported by fa__mma_bwd_supported\n");
+        emu::g_sm = 90;
         return 1;
     }
     const long err0 = emu::g_errors;
-    int fail = fa__mma_backward(&p, &rows_in, p.cu_q, p.cu_k, nullptr) != cudaSuccess;
+    int fail = fa__mma_backward(&p, c.sm, &rows_in, p.cu_q, p.cu_k, nullptr) != cudaSuccess;
     const double tol = c.bf ? 2e-2 : 4e-3;
     struct Grad {
         int at; // its slot in worst
@@ -335,7 +338,7 @@ static int run(const Cfg &c, double *worst) {
         Tensor dq2 = mk(c.H, rows_q, sentinel), dk2 = mk(c.Hk, rows_k, sentinel),
                dv2 = mk(c.Hk, rows_k, sentinel);
         p.dq = view(dq2), p.dk = view(dk2), p.dv = view(dv2);
-        fa__mma_backward(&p, &rows_in, p.cu_q, p.cu_k, nullptr);
+        fa__mma_backward(&p, c.sm, &rows_in, p.cu_q, p.cu_k, nullptr);
         const bool same = dq2.x == dq.x && dk2.x == dk.x && dv2.x == dv.x;
         printf(" second run %s;", same ? "bitwise equal" : "DIFFERS");
         fail |= !same;
@@ -343,6 +346,7 @@ static int run(const Cfg &c, double *worst) {
     /* a planted configuration must check both directions */
     const bool one_sided = !c.plants.empty() && (n_nonfinite == 0 || n_finite == 0);
     fail |= one_sided;
+    emu::g_sm = 90;
     const long emu_errs = emu::g_errors - err0;
     printf("%s emu_errors %ld => %s\n", one_sided ? " ONE-SIDED" : "", emu_errs,
            fail || emu_errs ? "FAIL" : "ok");
@@ -530,23 +534,42 @@ int main(int argc, char **argv) {
                              nullptr, nullptr,      nullptr, 0,  0, nullptr};
         p.B = 1, p.H = 2, p.Hk = 1, p.D = p.Dv = 64, p.Sq = p.Sk = 4, p.scale = 0.125f;
         p.q = p.k = p.v = p.out = p.dout = p.dq = p.dk = p.dv = ok;
-        const bool yes = fa__mma_bwd_supported(&p, 80) && fa__mma_bwd_supported(&p, 90);
-        const bool old = fa__mma_bwd_supported(&p, 75);
+        auto sup = [](const fa__problem &x, int sm) {
+            return fa__mma_bwd_supported(&x, sm, emu::smem_optin(sm)) != 0;
+        };
+        const bool yes = sup(p, 80) && sup(p, 90) && sup(p, 86) && sup(p, 75);
+        const bool volta = sup(p, 70);
         fa__problem x = p;
+        x.D = x.Dv = 192;
+        const bool wide = sup(x, 86) && sup(x, 120) && !sup(x, 75);  // 96 KB; Turing: stage 1
+        const bool small = fa__mma_bwd_supported(&x, 90, 64 * 1024); // a GPU with less smem
+        x = p, x.q.dtype = x.k.dtype = x.v.dtype = x.out.dtype = x.dout.dtype = FA_DTYPE_BF16;
+        x.dq.dtype = x.dk.dtype = x.dv.dtype = FA_DTYPE_BF16;
+        const bool turing_bf16 = sup(x, 75); // no bf16 tensor cores on Turing
+        x = p;
         x.dropout_p = 1.0f;
-        const bool drop = fa__mma_bwd_supported(&x, 90);
+        const bool drop = sup(x, 90);
         x = p, x.D = 264;
-        const bool big = fa__mma_bwd_supported(&x, 90);
+        const bool big = sup(x, 90);
         x = p, x.dk.sd = 2;
-        const bool strided = fa__mma_bwd_supported(&x, 90);
+        const bool strided = sup(x, 90);
         x = p, x.dv.dtype = FA_DTYPE_BF16;
-        const bool mixed = fa__mma_bwd_supported(&x, 90);
+        const bool mixed = sup(x, 90);
         x = p, x.dout.data = buf + 1;
-        const bool misaligned = fa__mma_bwd_supported(&x, 90);
-        const bool right = yes && !old && !drop && !big && !strided && !mixed && !misaligned;
+        const bool misaligned = sup(x, 90);
+        const bool right = yes && !volta && wide && !small && !turing_bf16 && !drop && !big &&
+                           !strided && !mixed && !misaligned;
         printf("fa__mma_bwd_supported: %s\n", right ? "ok" : "FAIL");
         fails += !right;
     }
+    /* every fp16 configuration up to D = 128 also on an emulated sm_75 (Turing's kind) */
+    const size_t n_listed = cfgs.size();
+    for (size_t i = 0; i < n_listed; ++i)
+        if (!cfgs[i].bf && cfgs[i].D <= 128) {
+            Cfg c = cfgs[i];
+            c.sm = 75;
+            cfgs.push_back(c);
+        }
     double worst[3] = {0, 0, 0};
     const auto t_all = std::chrono::steady_clock::now();
     for (const Cfg &c : cfgs) {

@@ -47,6 +47,7 @@ struct Cfg {
     int wl = -1, wr = -1;
     float softcap = 0, alibi = 0;
     float sink = NAN; // the sinks' base (ref_sinks; NaN: no sinks)
+    int sm = 90;      // the emulated device (75: Turing's 64 KB a block, synchronous copies)
     std::vector<Plant> plants;
 };
 
@@ -89,14 +90,14 @@ static std::string describe(const Cfg &c) {
     snprintf(buf, sizeof buf,
              "%s%s D=%d H=%d Hk=%d Sq=%d sk=%s%s extra_b=%d leftpad=%d page=%d causal=%d wl=%d "
              "wr=%d softcap=%g alibi=%g sink=%g lse=%d v_wide=%d q_sd=%d extra_max=%d mag=%g "
-             "plants=%zu",
+             "plants=%zu sm_%d",
              c.dt == FA_DTYPE_F32   ? "fp32"
              : c.dt == FA_DTYPE_F16 ? "fp16"
                                     : "bf16",
              c.q_f32 ? "(q fp32)" : "", c.D, c.H, c.Hk, c.Sq, sks.c_str(),
              c.no_seqlens ? "(no seqlens_k)" : "", c.extra_b, c.leftpad, c.page, c.causal, c.wl,
              c.wr, c.softcap, c.alibi, c.sink, c.lse, c.v_wide, c.q_sd, c.extra_max, c.mag,
-             c.plants.size());
+             c.plants.size(), c.sm);
     return buf;
 }
 
@@ -209,7 +210,7 @@ static int run(const Cfg &c) {
     const std::vector<float> sinks = ref_sinks(c.sink, H);
     p.sinks = sinks.empty() ? nullptr : sinks.data(), p.sinks_sh = 1;
     printf("%s\n", describe(c).c_str());
-    if (!fa__decode_supported(&p)) {
+    if (!fa__decode_supported(&p, emu::smem_optin(c.sm))) {
         printf("  FAIL: not supported by fa__decode_supported\n");
         return 1;
     }
@@ -277,7 +278,10 @@ static int run(const Cfg &c) {
             memcpy(&x, &lse_poison, 4);
         memset(scratch, 0xff, scratch_n + scratch_canary); // NaN: an unwritten partial shows
         const long err0 = emu::g_errors;
-        const cudaError_t e = fa__decode_forward(&p, max_sk, splits, scratch, nullptr);
+        emu::g_sm = c.sm;
+        const cudaError_t e =
+            fa__decode_forward(&p, max_sk, splits, scratch, emu::smem_optin(c.sm), nullptr);
+        emu::g_sm = 90;
         long emu_errs = emu::g_errors - err0, unwritten = 0, stray = 0, canary_bad = 0;
         long lse_bad = 0, bad_class = 0;
         double max_err = 0, max_lse_err = 0;
@@ -413,19 +417,30 @@ static int check_negative() {
     };
     int wrong = 0;
     fa__problem ok = base();
-    if (!fa__decode_supported(&ok)) {
+    if (!fa__decode_supported(&ok, 227 * 1024)) {
         printf("FAIL: the negative suite's base problem is not supported\n");
         wrong++;
     }
     ok.Sq = 4, ok.H = 16, ok.Hk = 4; // 16 rows: the most
-    if (!fa__decode_supported(&ok)) {
+    if (!fa__decode_supported(&ok, 227 * 1024)) {
         printf("FAIL: G·Sq = 16 is not supported\n");
+        wrong++;
+    }
+    if (fa__decode_supported(&ok, 16 * 1024)) { // no tile fits 16 KB of shared memory
+        printf("FAIL: supported within 16 KB of shared memory\n");
+        wrong++;
+    }
+    fa__problem f = base(); // fp32 at D = 256 on Turing: two stages of 16 keys take 66 KB
+    f.q.dtype = f.k.dtype = f.v.dtype = f.out.dtype = FA_DTYPE_F32, f.D = f.Dv = 256;
+    if (!fa__decode_supported(&f, 227 * 1024) || fa__decode_supported(&f, 64 * 1024)) {
+        printf("FAIL: fp32 D = 256: supported within 227 KB %d, within 64 KB %d (want 1, 0)\n",
+               fa__decode_supported(&f, 227 * 1024), fa__decode_supported(&f, 64 * 1024));
         wrong++;
     }
     for (const Neg &n : negs) {
         fa__problem p = base();
         n.edit(p);
-        const int got = fa__decode_supported(&p);
+        const int got = fa__decode_supported(&p, 227 * 1024);
         printf("negative: %-36s supported %d%s\n", n.what, got, got ? "  FAIL" : "");
         wrong += got != 0;
     }
@@ -456,6 +471,7 @@ int main() {
             c.sk = {3, 300, 1};
             cfgs.push_back(c);
         }
+    const size_t n_grid = cfgs.size(); // the two sets above
     /* layouts: batch_idx into a larger cache, leftpad, pages of 1, 3, 16, 256 (shuffled) */
     {
         Cfg c;
@@ -541,6 +557,16 @@ int main() {
         cfgs.push_back(c);
         c.wl = c.wr = -1, c.dt = FA_DTYPE_F32, c.D = 40, c.softcap = 3.0f, c.alibi = 0.1f;
         c.page = 0, c.sink = 6.0f, c.sk = {1300, 40};
+        cfgs.push_back(c);
+    }
+    /* the dtypes x head dims and G x Sq sets again on an emulated sm_75: smaller tiles where
+     * 64 KB a block asks for them (D = 256), synchronous copies; fp32 at D = 256 does not fit
+     * (two stages of 16 keys are 66 KB: check_negative) */
+    for (size_t i = 0; i < n_grid; ++i) {
+        if (cfgs[i].dt == FA_DTYPE_F32 && !cfgs[i].q_f32 && cfgs[i].D > 128)
+            continue;
+        Cfg c = cfgs[i];
+        c.sm = 75;
         cfgs.push_back(c);
     }
     int fails = 0;
