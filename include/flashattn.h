@@ -285,9 +285,10 @@ FA_API void fa_params_init(fa_params *params);
  *
  * Errors: FA_ERR_NULL_POINTER, FA_ERR_RANK, FA_ERR_SHAPE, FA_ERR_DTYPE, FA_ERR_STRIDE,
  * FA_ERR_OVERLAP, FA_ERR_VALUE (window, softcap, scale, dropout_p; with ctx NULL a malformed
- * FA_NUM_THREADS or FA_SPIN_US; on CUDA tensors a malformed FA_CUDA_TILE_D128), FA_ERR_DEVICE,
- * FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256), FA_ERR_NO_MEMORY, FA_ERR_CANCELLED
- * (params.cancel). On error nothing has been written, except by a call cancelled while it ran. */
+ * FA_NUM_THREADS or FA_SPIN_US; on CUDA tensors a malformed FA_CUDA_TILE_D128 or
+ * FA_CUDA_KERNELS), FA_ERR_DEVICE, FA_ERR_STRUCT_SIZE, FA_ERR_UNSUPPORTED (D > 256; a CUDA GPU
+ * the plug-in has no code for), FA_ERR_NO_MEMORY, FA_ERR_CANCELLED (params.cancel). On error
+ * nothing has been written, except by a call cancelled while it ran. */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_params *params, const fa_tensor *q,
                             const fa_tensor *k, const fa_tensor *v, const fa_tensor *out,
                             const fa_tensor *lse);
@@ -481,6 +482,16 @@ FA_API fa_status fa_dropout_mask(const fa_params *params, const fa_tensor *mask)
  * device count (0 when the plug-in loads but no GPU is visible) or FA_ERR_DEVICE when the
  * plug-in or the driver cannot be loaded. Errors: FA_ERR_NULL_POINTER, FA_ERR_DEVICE. */
 FA_API fa_status fa_device_count(fa_device device, int32_t *count);
+
+/* One line about device device_index and what flashattn runs on it, written into buf (cap
+ * bytes, NUL-terminated, truncated to cap - 1 characters when longer; cap 0 writes nothing and
+ * buf may then be NULL). FA_DEVICE_CPU (index 0) gives the CPU kernel set in use, e.g.
+ * "CPU, kernels avx2; compiled in: ref refbf16 avx2 avx512"; FA_DEVICE_CUDA gives the plug-in's
+ * line, e.g. "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB; kernels: tensor cores for fp16
+ * and bf16 (mma.sync m16n8k16), fp32 on CUDA cores". buf is unchanged on error. Thread-safe.
+ * Errors: FA_ERR_NULL_POINTER (buf NULL with cap > 0), FA_ERR_DEVICE (not a fa_device, an index
+ * outside 0..count-1, no plug-in or driver), or the plug-in's error for that device. */
+FA_API fa_status fa_device_describe(fa_device device, int32_t device_index, char *buf, size_t cap);
 
 /* Allocates bytes (> 0) of memory on a device; *ptr is unchanged on error. CPU memory comes from
  * malloc. Errors: FA_ERR_NULL_POINTER, FA_ERR_VALUE (bytes == 0), FA_ERR_DEVICE,

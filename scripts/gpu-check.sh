@@ -15,7 +15,11 @@
 #   build          cmake --build build-gpu (everything else)
 #   ctest-cuda     ctest --test-dir build-gpu -R cuda -E emu -j JOBS --output-on-failure (the
 #                  GPU tests; the warp emulator's CPU runs of the kernels are left to CI)
-#   verify         build-gpu/flashattn verify (CUDA cases included when a GPU is present)
+#   ctest-sm75     test_cuda and test_cuda_backward again with FA_CUDA_KERNELS=sm75 (the Turing
+#                  kernels on this GPU; FA_TEST_LARGE_S=300, 60 s a test, side by side)
+#   ctest-simple   the same with FA_CUDA_KERNELS=simple (the fp32 CUDA-core kernels only)
+#   verify         build-gpu/flashattn info (a line per GPU: the kernels it runs) and
+#                  build-gpu/flashattn verify (CUDA cases included when a GPU is present)
 #   pytest-cuda    python3 -m pytest -q python/tests/test_cuda.py (FLASHATTN_REQUIRE_GPU=1: the
 #                  GPU tests must run, not skip)
 #   bench          python3 bench/gpu_bench.py --time-budget 240 --json .. --md .. (first the
@@ -40,7 +44,8 @@
 # detection), BENCH_BUDGET (240 s), BWD_BUDGET (120 s) and DECODE_BUDGET (90 s), TOTAL_BUDGET
 # (450 s: the benchmarks' budgets shrink so that the whole script stays within it — half of what
 # is left to the forward, never below 60 s, half of the rest to forward + backward, never below
-# 45 s, the rest to the decode, never below 40 s).
+# 45 s, the rest to the decode, never below 40 s). The two kernel reruns (ctest-sm75,
+# ctest-simple) take at most 75 s each, and what they take comes out of the benchmarks' share.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -208,9 +213,24 @@ ctest_cuda() {
     fi
     return "$rc"
 }
+# The forward and backward suites once more on other kernels of this GPU's plug-in
+# (FA_CUDA_KERNELS: sm75 or simple), their large cases cut to S = 300 to fit the limit.
+# shellcheck disable=SC2317
+ctest_kernels() {
+    local rc=0
+    FA_CUDA_KERNELS=$1 FA_TEST_LARGE_S=300 ctest --test-dir "$BUILD" \
+        -R '^test_cuda(_backward)?$' -j 2 --output-on-failure --no-tests=error --timeout 60 |
+        tee "$TMP/ctest-$1.out" || rc=$?
+    if grep -Eq '\((Skipped|Not Run)\)|Not Run' "$TMP/ctest-$1.out"; then
+        echo "*** gpu-check: a CUDA test was skipped or not run: no GPU or no plug-in ***"
+        return 1
+    fi
+    return "$rc"
+}
 # shellcheck disable=SC2317
 verify_cuda() {
     local rc=0
+    "$BUILD/flashattn" info | grep '^ *cuda' || true
     "$BUILD/flashattn" verify | tee "$TMP/verify.out" || rc=$?
     if grep -q 'cuda skipped' "$TMP/verify.out"; then
         echo "*** gpu-check: verify skipped the CUDA backend ***"
@@ -218,9 +238,11 @@ verify_cuda() {
     fi
     return "$rc"
 }
-export -f ctest_cuda verify_cuda
+export -f ctest_cuda ctest_kernels verify_cuda
 export BUILD
 run_step ctest-cuda 300 3 ctest_cuda || true
+run_step ctest-sm75 75 3 "ctest_kernels sm75" || true
+run_step ctest-simple 75 3 "ctest_kernels simple" || true
 run_step verify 180 3 verify_cuda || true
 run_step pytest-cuda 360 3 "FLASHATTN_LIBRARY='$LIBFA' PYTHONPATH=python \
 FLASHATTN_REQUIRE_GPU=1 $PYTHON -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py" \

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE /* dladdr */
 #include "plugin.h"
+#include "cpu/cpu.h"
 #include "size.h"
 
 #include <dlfcn.h>
@@ -327,6 +328,35 @@ static fa_status cuda_device(fa_device device, int32_t index, const fa__plugin_a
     if (device != FA_DEVICE_CUDA)
         return fa__error(FA_ERR_DEVICE, "device %d is not a fa_device", (int)device);
     return fa__plugin_device(NULL, index, api);
+}
+
+fa_status fa_device_describe(fa_device device, int32_t device_index, char *buf, size_t cap) {
+    fa__clear_error();
+    if (!buf && cap > 0)
+        return fa__error(FA_ERR_NULL_POINTER, "buf: NULL with cap %zu", cap);
+    char line[1024]; /* the whole line, copied to buf only when the call succeeds */
+    if (device == FA_DEVICE_CPU) {
+        if (device_index != 0)
+            return fa__error(FA_ERR_DEVICE, "CPU device_index %d does not exist (1 device)",
+                             (int)device_index);
+        snprintf(line, sizeof line, "CPU, kernels %s%s; compiled in: %s",
+                 fa__cpu_kernels_get()->name, fa__cpu_kernels_note(), fa__cpu_kernels_compiled());
+    } else {
+        const fa__plugin_api *api;
+        fa_status st = cuda_device(device, device_index, &api);
+        if (st != FA_OK)
+            return st;
+        char msg[512] = "";
+        line[0] = '\0';
+        st = fa__plugin_status(
+            api->device_describe(device_index, line, sizeof line, msg, sizeof msg), msg);
+        if (st != FA_OK)
+            return st;
+        line[sizeof line - 1] = '\0';
+    }
+    if (cap > 0)
+        snprintf(buf, cap, "%s", line);
+    return FA_OK;
 }
 
 fa_status fa_device_alloc(fa_device device, int32_t device_index, size_t bytes, void **ptr) {

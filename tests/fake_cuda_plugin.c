@@ -32,8 +32,13 @@ static int device_count(int *count, char *msg, size_t cap) {
     return FA_OK;
 }
 
+/* FA_FAKE_DESCRIBE_FAIL set: fails as a driver might (test_device_describe --fake). */
 static int device_describe(int device, char *buf, size_t bufcap, char *msg, size_t cap) {
     if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    if (getenv("FA_FAKE_DESCRIBE_FAIL")) {
+        snprintf(msg, cap, "fake plug-in: device_describe failed (FA_FAKE_DESCRIBE_FAIL is set)");
+        return FA_ERR_INTERNAL;
+    }
     snprintf(buf, bufcap, "fake device (host memory)");
     return FA_OK;
 }

@@ -5,7 +5,8 @@
  *
  * info.c — `flashattn info`: what library this is and what it will run on. Prints the loaded
  * library's version (and whether it matches the header the tool was built with), its build
- * description, the thread count of the default context, the CUDA plug-in status and the FA_*
+ * description, the thread count of the default context, the CUDA plug-in status (with one line
+ * per CUDA device: fa_device_describe, which kernels run on it) and the FA_*
  * variables that are set (they change what runs, so a bug report should show them), with a
  * warning for one the library cannot follow (a malformed FA_NUM_THREADS or FA_SPIN_US, an
  * FA_CPU_ISA it ignores).
@@ -24,13 +25,14 @@ static void info_usage(FILE *f) {
                "\n"
                "Prints the library version, its build description, the number of threads of the\n"
                "default context (FA_NUM_THREADS or the CPUs this process may use), whether\n"
-               "the CUDA plug-in is available, and which of the library's environment\n"
-               "variables are set.\n");
+               "the CUDA plug-in is available (and one line per CUDA device: its name,\n"
+               "compute capability and the kernels flashattn runs on it), and which of the\n"
+               "library's environment variables are set.\n");
 }
 
 /* The environment variables the library reads (docs/building.md, "Environment variables"). */
-static const char *const k_env_vars[] = {"FA_NUM_THREADS", "FA_CPU_ISA", "FA_SPIN_US",
-                                         "FA_CUDA_PLUGIN", "FA_CUDA_TILE_D128"};
+static const char *const k_env_vars[] = {"FA_NUM_THREADS", "FA_CPU_ISA",        "FA_SPIN_US",
+                                         "FA_CUDA_PLUGIN", "FA_CUDA_TILE_D128", "FA_CUDA_KERNELS"};
 
 int cmd_info(int argc, char **argv) {
     int i;
@@ -75,6 +77,12 @@ int cmd_info(int argc, char **argv) {
         printf("              cuda: available, %d device%s (forward, backward, KV cache, combine; "
                "see the build line)\n",
                (int)ncuda, ncuda == 1 ? "" : "s");
+    for (int32_t d = 0; d < ncuda; d++) {
+        char line[1024];
+        if (fa_device_describe(FA_DEVICE_CUDA, d, line, sizeof line) != FA_OK)
+            snprintf(line, sizeof line, "unavailable: %s", fa_last_error_message());
+        printf("              cuda:%d: %s\n", (int)d, line);
+    }
     const size_t nvars = sizeof k_env_vars / sizeof k_env_vars[0];
     int nset = 0;
     for (size_t v = 0; v < nvars; v++) {

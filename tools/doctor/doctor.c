@@ -146,7 +146,12 @@ static void check_flashattn(findings *f, const fa_env *e) {
         if (slash)
             snprintf(libdir, sizeof libdir, "%.*s", (int)(slash - dl.dli_fname), dl.dli_fname);
     }
-    if (libdir[0]) {
+    /* the file the library loads: FA_CUDA_PLUGIN's, else the one next to it */
+    const char *env_plugin = getenv("FA_CUDA_PLUGIN");
+    if (env_plugin && *env_plugin) {
+        snprintf(plugin, sizeof plugin, "%s", env_plugin);
+        have_plugin = stat(plugin, &st) == 0;
+    } else if (libdir[0]) {
         snprintf(plugin, sizeof plugin, "%s/libflashattn_cuda.so", libdir);
         have_plugin = stat(plugin, &st) == 0;
     }
@@ -154,18 +159,32 @@ static void check_flashattn(findings *f, const fa_env *e) {
         int32_t ndev = 0;
         const int usable = fa_device_count(FA_DEVICE_CUDA, &ndev) == FA_OK;
         x = find_add(f, S_FLASHATTN, "cuda_plugin", usable || !e->drv.ngpus ? FIND_OK : FIND_WARN,
-                     "CUDA plug-in found: %s", plugin);
+                     "CUDA plug-in found: %s%s", plugin,
+                     env_plugin && *env_plugin ? " (FA_CUDA_PLUGIN)" : "");
         if (usable)
             find_evidence(x, "it loads and sees %d CUDA device%s", (int)ndev, ndev == 1 ? "" : "s");
         else
             find_evidence(x, "it cannot be used: %s", fa_last_error_message());
+        for (int32_t d = 0; usable && d < ndev; d++) {
+            char line[1024];
+            if (fa_device_describe(FA_DEVICE_CUDA, d, line, sizeof line) == FA_OK)
+                find_evidence(x, "cuda:%d: %s", (int)d, line);
+            else
+                find_evidence(x, "cuda:%d: %s", (int)d, fa_last_error_message());
+        }
     } else {
         int gpus = e->drv.ngpus > 0;
         x = find_add(f, S_FLASHATTN, "cuda_plugin", gpus ? FIND_WARN : FIND_OK,
                      "CUDA plug-in: not found%s", gpus ? "" : " (not needed: no GPU here)");
-        find_evidence(x, "why: the library reports \"cuda: %s\"%s%s",
-                      cudastate[0] ? cudastate : "?",
-                      libdir[0] ? " and there is no libflashattn_cuda.so in " : "", libdir);
+        if (env_plugin && *env_plugin)
+            find_evidence(x,
+                          "why: the library reports \"cuda: %s\" and FA_CUDA_PLUGIN's %s is "
+                          "not there",
+                          cudastate[0] ? cudastate : "?", env_plugin);
+        else
+            find_evidence(x, "why: the library reports \"cuda: %s\"%s%s",
+                          cudastate[0] ? cudastate : "?",
+                          libdir[0] ? " and there is no libflashattn_cuda.so in " : "", libdir);
         find_evidence(x, "the CPU backend runs every feature; the plug-in is loaded only when a "
                          "GPU tensor arrives");
         if (gpus)
@@ -186,6 +205,45 @@ static void check_cpu(findings *f, const fa_env *e) {
 }
 
 /* ---- driver and GPUs ------------------------------------------------------------------------- */
+
+/* What flashattn's CUDA plug-in runs on a GPU of compute capability cc (major cc_major) in its
+ * default build (cuda/plugin.cu chooses the same way), from cc alone: the plug-in need not be
+ * built here. With the nvcc a build would use when it cannot compile for the GPU. */
+static void flashattn_on_gpu(finding *x, const fa_env *e, int cc_major, int cc) {
+    if (cc >= 80) {
+        char code[80]; /* sm_86/89 run sm_80's code, sm_121 sm_120's: the same major version */
+        if (cc == 80 || cc == 90 || cc == 120)
+            snprintf(code, sizeof code, "machine code in the default build");
+        else if (cc_major == 8 || cc_major == 9 || cc_major == 12)
+            snprintf(code, sizeof code, "runs the default build's sm_%d0 code", cc_major);
+        else
+            snprintf(code, sizeof code, "the driver compiles the default build's sm_80 PTX");
+        find_evidence(x,
+                      "flashattn's CUDA plug-in: tensor-core kernels for fp16 and bf16 "
+                      "(mma.sync m16n8k16), fp32 on CUDA cores; %s",
+                      code);
+    } else if (cc >= 75) {
+        find_evidence(x, "flashattn's CUDA plug-in: Turing tensor-core kernels for fp16 (mma.sync "
+                         "m16n8k8), bf16 and fp32 on CUDA cores; machine code in the default "
+                         "build");
+    } else if (cc >= 70) {
+        find_evidence(x, "flashattn's CUDA plug-in: only when built with a CUDA 12 toolkit (CUDA "
+                         "13 dropped sm_70), then CUDA-core kernels (fp32 arithmetic) for every "
+                         "dtype, no tensor cores; a plug-in built with CUDA 13 refuses every call "
+                         "here");
+        const env_tool *nvcc = build_nvcc(e);
+        if (nvcc && nvcc->major >= 13)
+            find_evidence(x,
+                          "this machine's nvcc is CUDA %s: it cannot build the plug-in for "
+                          "sm_%d",
+                          nvcc->version, cc);
+    } else {
+        find_evidence(x,
+                      "flashattn's CUDA plug-in does not support sm_%d (it needs sm_70 or "
+                      "newer); flashattn runs on the CPU",
+                      cc);
+    }
+}
 
 static void check_driver(findings *f, const fa_env *e) {
     const env_driver *d = &e->drv;
@@ -254,13 +312,23 @@ static void check_driver(findings *f, const fa_env *e) {
         x = find_add(f, S_DRIVER, "gpu", cc >= 80 ? FIND_OK : FIND_PROBLEM,
                      "GPU %d: %s, compute capability %d.%d (sm_%d), %.0f GB", i, g->name,
                      g->cc_major, g->cc_minor, cc, g->mem_gb);
-        if (cc < 80) {
+        if (cc < 80)
             find_evidence(x, "flash-attn 2 runs only on sm_80 and newer (Ampere, Ada, Hopper, "
                              "Blackwell): its import works but every call fails with "
                              "\"FlashAttention only supports Ampere GPUs or newer\"");
+        flashattn_on_gpu(x, e, g->cc_major, cc);
+        if (cc >= 75 && cc < 80)
             find_fix(x, "use PyTorch's scaled_dot_product_attention (attn_implementation='sdpa' in "
-                        "transformers), flash-attn 1.x on sm_75, or flashattn on the CPU");
-        } else if (g->cc_major >= 10) {
+                        "transformers), flash-attn 1.x, or flashattn's CUDA plug-in (fp16 on "
+                        "this GPU's tensor cores)");
+        else if (cc >= 70 && cc < 75)
+            find_fix(x, "use PyTorch's scaled_dot_product_attention (attn_implementation='sdpa' in "
+                        "transformers), or flashattn's CUDA plug-in built with a CUDA 12 toolkit "
+                        "(cmake -DFA_CUDA=ON -DFA_CUDA_ARCHS='70;80')");
+        else if (cc < 70)
+            find_fix(x, "use PyTorch's scaled_dot_product_attention (attn_implementation='sdpa' in "
+                        "transformers), or flashattn on the CPU");
+        else if (g->cc_major >= 10) {
             find_evidence(x, "Blackwell: needs flash-attn >= 2.8.0 wheels (sm_100/sm_120 code) and "
                              "a torch built with CUDA >= 12.8");
         } else if (cc == 86 || cc == 89) {

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# check_info.sh FLASHATTN — `flashattn info` says which of the library's environment variables
-# are set (they change what runs: a bug report pastes this output), that FA_NUM_THREADS sets the
-# default context's threads, and refuses an unknown argument with usage and exit status 2.
+# check_info.sh FLASHATTN FAKE_PLUGIN — `flashattn info` says which of the library's environment
+# variables are set (they change what runs: a bug report pastes this output), that FA_NUM_THREADS
+# sets the default context's threads, gives a line per CUDA device (through FAKE_PLUGIN,
+# tests/fake_cuda_plugin.c), and refuses an unknown argument with usage and exit status 2.
 set -euo pipefail
 
-if [ $# -ne 1 ]; then
-    echo "usage: $0 path/to/flashattn" >&2
+if [ $# -ne 2 ]; then
+    echo "usage: $0 path/to/flashattn path/to/fake_cuda_plugin.so" >&2
     exit 2
 fi
 tool=$1
-vars=(FA_NUM_THREADS FA_CPU_ISA FA_SPIN_US FA_CUDA_PLUGIN FA_CUDA_TILE_D128)
+fake=$2
+vars=(FA_NUM_THREADS FA_CPU_ISA FA_SPIN_US FA_CUDA_PLUGIN FA_CUDA_TILE_D128 FA_CUDA_KERNELS)
 status=0
 fail() {
     echo "FAIL: $*" >&2
@@ -21,8 +23,21 @@ for v in "${vars[@]}"; do clean+=(-u "$v"); done
 
 out=$("${clean[@]}" "$tool" info)
 echo "$out" | sed 's/^/   /'
-grep -qx 'environment:  none of FA_NUM_THREADS, FA_CPU_ISA, FA_SPIN_US, FA_CUDA_PLUGIN, FA_CUDA_TILE_D128 is set' \
+grep -qx 'environment:  none of FA_NUM_THREADS, FA_CPU_ISA, FA_SPIN_US, FA_CUDA_PLUGIN, FA_CUDA_TILE_D128, FA_CUDA_KERNELS is set' \
     <<<"$out" || fail "info with none of ${vars[*]} set does not say so"
+
+# With a plug-in: the device count, then one line per device (fa_device_describe); FA_CUDA_KERNELS
+# is shown. Without one (a path that does not exist): why, and no device lines.
+out=$("${clean[@]}" FA_CUDA_PLUGIN="$fake" FA_CUDA_KERNELS=sm75 "$tool" info)
+echo "$out" | sed 's/^/   /'
+grep -q '^              cuda: available, 1 device ' <<<"$out" || fail "the fake plug-in's device is not counted"
+grep -A1 '^              cuda: available, 1 device ' <<<"$out" |
+    grep -qx '              cuda:0: fake device (host memory)' || fail "no line for cuda:0 after the count"
+grep -qx '              FA_CUDA_KERNELS=sm75' <<<"$out" || fail "FA_CUDA_KERNELS is not shown"
+out=$("${clean[@]}" FA_CUDA_PLUGIN=/nonexistent/libflashattn_cuda.so "$tool" info)
+grep -q '^              cuda: unavailable: .*/nonexistent/libflashattn_cuda.so' <<<"$out" ||
+    fail "a missing plug-in is not reported with its path"
+if grep -q '^              cuda:[0-9]' <<<"$out"; then fail "a device line without a plug-in"; fi
 
 out=$("${clean[@]}" FA_NUM_THREADS=1 FA_CUDA_TILE_D128=128x64 "$tool" info)
 echo "$out" | sed 's/^/   /'

@@ -1,17 +1,19 @@
 #!/bin/sh
-# test_doctor.sh FLASHATTN SRCDIR CC — `flashattn doctor` against fake machines: a fake driver
-# library (fake_driver.c) and fake nvcc, gcc and python on PATH, chosen through environment
-# variables (see fakeenv.sh and envprobe.h). A healthy setup and, one at a time, the broken
-# ones people meet: no driver, a driver older than the toolkit and torch, a GPU below sm_80,
-# nvcc vs torch CUDA majors, a gcc nvcc rejects, missing headers, a bad CUDA_HOME, cuInit
-# errors, low RAM, old glibc, CPU-only or absent torch, a C++ ABI mismatch with the undefined
-# symbol read from a real .so (when g++ is there), and a Python that is absent, broken, crashes,
-# hangs or prints garbage. Each is checked through --json (finding id and status, exit status)
-# and a few through the text output.
+# test_doctor.sh FLASHATTN SRCDIR CC FAKE_PLUGIN — `flashattn doctor` against fake machines: a fake
+# driver library (fake_driver.c) and fake nvcc, gcc and python on PATH, chosen through environment
+# variables (see fakeenv.sh and envprobe.h). A healthy setup and, one at a time, the broken ones
+# people meet: no driver, a driver older than the toolkit and torch, a GPU below sm_80, nvcc vs
+# torch CUDA majors, a gcc nvcc rejects, missing headers, a bad CUDA_HOME, cuInit errors, low RAM,
+# old glibc, CPU-only or absent torch, a C++ ABI mismatch with the undefined symbol read from a real
+# .so (when g++ is there), and a Python that is absent, broken, crashes, hangs or prints garbage.
+# Each is checked through --json (finding id and status, exit status) and a few through the text
+# output. What flashattn's CUDA plug-in runs on each GPU generation, and the line of each device
+# through a loaded plug-in (FAKE_PLUGIN: tests/fake_cuda_plugin.c).
 set -u
 FA=$1
 SRC=$2
 CC=$3
+FAKE_PLUGIN=$4
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT INT TERM
 FAKE_PY_DIR=$TMP/py
@@ -93,15 +95,46 @@ finding driver_vs_toolkit problem "older than the toolkit"
 finding driver_vs_torch problem "only CUDA 11.4"
 doctor driver-minor FAKE_CUDA_DRIVER_VERSION=12040 FAKE_NVCC_RELEASE=12.8
 finding driver_vs_toolkit warning "same major"
+grep -q 'flashattn.s CUDA plug-in: tensor-core kernels for fp16 and bf16 (mma.sync m16n8k16), fp32 on CUDA cores; machine code in the default build' "$out" &&
+    ok || bad "flashattn's kernels on sm_90"
 doctor turing FAKE_CUDA_GPUS="Tesla T4:7.5:15"
 exit_is 1
 finding gpu problem "sm_75"
+grep -q 'Turing tensor-core kernels for fp16 (mma.sync m16n8k8), bf16 and fp32 on CUDA cores' "$out" &&
+    ok || bad "flashattn's kernels on sm_75"
+grep -q 'flash-attn 1.x, or flashattn.s CUDA plug-in (fp16 on this GPU.s tensor cores)' "$out" && ok || bad "sm_75 fix"
+doctor volta FAKE_CUDA_GPUS="Tesla V100-SXM2-16GB:7.0:16" FAKE_NVCC_RELEASE=13.0 FAKE_CUDA_DRIVER_VERSION=13000
+exit_is 1
+finding gpu problem "sm_70"
+grep -q 'only when built with a CUDA 12 toolkit (CUDA 13 dropped sm_70)' "$out" && ok || bad "flashattn on sm_70"
+grep -q "nvcc is CUDA 13.0: it cannot build the plug-in for sm_70" "$out" && ok || bad "sm_70 and nvcc 13"
+grep -q "FA_CUDA_ARCHS='70;80'" "$out" && ok || bad "sm_70 fix"
+doctor volta-nvcc12 FAKE_CUDA_GPUS="Tesla V100-SXM2-16GB:7.0:16"
+grep -q "cannot build the plug-in" "$out" && bad "nvcc 12.8 said unable to build for sm_70" || ok
+doctor pascal FAKE_CUDA_GPUS="Tesla P100-PCIE-16GB:6.0:16"
+exit_is 1
+finding gpu problem "sm_60"
+grep -q 'does not support sm_60 (it needs sm_70 or newer)' "$out" && ok || bad "flashattn on sm_60"
+grep -q 'or flashattn on the CPU' "$out" && ok || bad "sm_60 fix"
+doctor ada FAKE_CUDA_GPUS="NVIDIA L4:8.9:24"
+finding gpu ok "sm_89"
+grep -q "fp32 on CUDA cores; runs the default build's sm_80 code" "$out" && ok || bad "flashattn on sm_89"
 doctor blackwell FAKE_CUDA_GPUS="NVIDIA GeForce RTX 5090:12.0:32;NVIDIA H100:9.0:80"
 finding gpu ok "sm_120"
 finding arch_list ok "TORCH_CUDA_ARCH_LIST='9.0;12.0'"
 finding arch_list ok "FLASH_ATTN_CUDA_ARCHS='90;120'"
 doctor blackwell-old-nvcc FAKE_CUDA_GPUS="NVIDIA B200:10.0:180" FAKE_NVCC_RELEASE=12.4 FAKE_CUDA_DRIVER_VERSION=12080
 finding arch_vs_nvcc problem "sm_100"
+grep -q "the driver compiles the default build's sm_80 PTX" "$out" && ok || bad "flashattn on sm_100"
+
+# ---- flashattn's CUDA plug-in, loaded: one line per device ----
+doctor plugin FA_CUDA_PLUGIN="$FAKE_PLUGIN"
+finding cuda_plugin ok "(FA_CUDA_PLUGIN)"
+grep -q '"cuda:0: fake device (host memory)"' "$out" && ok || bad "no line for cuda:0"
+doctor plugin-missing FA_CUDA_PLUGIN="$TMP/no-such-plugin.so"
+finding cuda_plugin warning "not found"
+grep -q "FA_CUDA_PLUGIN's $TMP/no-such-plugin.so is not there" "$out" && ok || bad "the missing FA_CUDA_PLUGIN file"
+grep -q '"cuda:0: ' "$out" && bad "a device line without a plug-in" || ok
 doctor no-device FAKE_CUDA_INIT=100
 finding driver warning "no GPU is visible"
 doctor stub FAKE_CUDA_INIT=34
