@@ -1498,23 +1498,19 @@ static void group_errors(void) {
         GERR(K, "out overlaps q on the device", FA_ERR_OVERLAP, "out",
              e.t[GB_OUT].data = e.dev[GB_Q]);
         GERR(K, "window_left = -2", FA_ERR_VALUE, "window_left", e.params.window_left = -2);
-        /* a malformed FA_CUDA_TILE_D128 fails every CUDA forward, whatever its D */
-        static const char *bad_tiles[] = {"128x48", "64", "128x64 ", "128X64"};
-        for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
+        /* a malformed FA_CUDA_TILE_D128 or FA_CUDA_KERNELS fails every CUDA forward */
+        static const struct {
+            const char *name, *value;
+        } bad_env[] = {{"FA_CUDA_TILE_D128", "128x48"},  {"FA_CUDA_TILE_D128", "64"},
+                       {"FA_CUDA_TILE_D128", "128x64 "}, {"FA_CUDA_TILE_D128", "128X64"},
+                       {"FA_CUDA_KERNELS", "sm80"},      {"FA_CUDA_KERNELS", "SIMPLE"},
+                       {"FA_CUDA_KERNELS", "sm75 "},     {"FA_CUDA_KERNELS", "turing"}};
+        for (size_t i = 0; i < sizeof bad_env / sizeof bad_env[0]; i++) {
             char desc[64];
-            snprintf(desc, sizeof desc, "FA_CUDA_TILE_D128=\"%s\"", bad_tiles[i]);
-            char *saved = env_set("FA_CUDA_TILE_D128", bad_tiles[i]);
-            GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_TILE_D128", (void)0);
-            env_restore("FA_CUDA_TILE_D128", saved);
-        }
-        /* so does a FA_CUDA_KERNELS that names no kernel choice */
-        static const char *bad_kernels[] = {"sm80", "SIMPLE", "sm75 ", "turing"};
-        for (size_t i = 0; i < sizeof bad_kernels / sizeof bad_kernels[0]; i++) {
-            char desc[64];
-            snprintf(desc, sizeof desc, "FA_CUDA_KERNELS=\"%s\"", bad_kernels[i]);
-            char *saved = env_set("FA_CUDA_KERNELS", bad_kernels[i]);
-            GERR(K, desc, FA_ERR_VALUE, "FA_CUDA_KERNELS", (void)0);
-            env_restore("FA_CUDA_KERNELS", saved);
+            snprintf(desc, sizeof desc, "%s=\"%s\"", bad_env[i].name, bad_env[i].value);
+            char *saved = env_set(bad_env[i].name, bad_env[i].value);
+            GERR(K, desc, FA_ERR_VALUE, bad_env[i].name, (void)0);
+            env_restore(bad_env[i].name, saved);
         }
         GERR(K, "softcap NaN", FA_ERR_VALUE, "softcap", e.params.softcap = NAN);
         GERR(K, "dropout_p = 1", FA_ERR_VALUE, "dropout_p", e.params.dropout_p = 1.0f);

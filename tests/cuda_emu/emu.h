@@ -498,23 +498,32 @@ static inline COut collective(const CIn &x) {
 }
 
 // ---- cp.async ------------------------------------------------------------------------------
-static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int t = g_cur;
-    if (!smem_range_ok(dst, 16, 16, "cp.async dst"))
-        return;
+// A 16-byte copy's checks (dst inside shared memory, src 16-byte aligned and, read or not,
+// inside a buffer: the kernels pass a row that exists) and its data: src's bytes, zeros when
+// !valid, NaN bytes from a bad source. False when dst is bad (nothing to copy).
+static inline bool copy16_source(uint32_t dst, const void *src, bool valid, const char *what,
+                                 uint8_t (&data)[16]) {
+    if (!smem_range_ok(dst, 16, 16, what))
+        return false;
     if ((uintptr_t)src % 16)
-        EMU_ERR("cp.async: global src %p not 16-byte aligned", src);
+        EMU_ERR("%s: global src %p not 16-byte aligned", what, src);
     const bool inside = global_ok(src, 16);
     if (!inside)
-        EMU_ERR("cp.async: global src %p (valid=%d) outside every buffer", src, (int)valid);
-    smem_write_check(t, dst, 16, "cp.async");
+        EMU_ERR("%s: global src %p (valid=%d) outside every buffer", what, src, (int)valid);
+    smem_write_check(g_cur, dst, 16, what);
+    if (valid && inside)
+        memcpy(data, src, 16);
+    else
+        memset(data, valid ? 0xff : 0, 16);
+    return true;
+}
+static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
+    const int t = g_cur;
     CpOp op;
+    if (!copy16_source(dst, src, valid, "cp.async", op.data))
+        return;
     op.dst = dst;
     op.committed = false;
-    if (valid && inside)
-        memcpy(op.data, src, 16);
-    else /* zero fill; a bad source lands as NaN */
-        memset(op.data, valid ? 0xff : 0, 16);
     for (uint32_t a = dst / 4; a < dst / 4 + 4; ++a)
         g_sh[a].pend = t;
     memset(&g_smem[dst], 0xff, 16); // poison until it lands
@@ -522,20 +531,11 @@ static inline void cp_async16(uint32_t dst, const void *src, bool valid) {
 }
 // The sm_75 build's fa_cp_async16: ld.global then st.shared, done when it returns.
 static inline void copy16_sync(uint32_t dst, const void *src, bool valid) {
-    const int t = g_cur;
-    if (!smem_range_ok(dst, 16, 16, "16-byte copy dst"))
+    uint8_t data[16];
+    if (!copy16_source(dst, src, valid, "16-byte copy", data))
         return;
-    if ((uintptr_t)src % 16)
-        EMU_ERR("16-byte copy: global src %p not 16-byte aligned", src);
-    const bool inside = global_ok(src, 16);
-    if (valid && !inside)
-        EMU_ERR("16-byte copy: global src %p outside every buffer", src);
-    smem_write_check(t, dst, 16, "16-byte copy");
-    if (valid && inside)
-        memcpy(&g_smem[dst], src, 16);
-    else /* zero fill; a bad source lands as NaN */
-        memset(&g_smem[dst], valid ? 0xff : 0, 16);
-    smem_mark_written(t, dst, 16);
+    memcpy(&g_smem[dst], data, 16);
+    smem_mark_written(g_cur, dst, 16);
 }
 static inline void cp_async_commit() {
     for (auto &op : g_fib[g_cur].cp)
