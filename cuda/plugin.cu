@@ -118,11 +118,11 @@ typedef struct fa_dev {
 
 enum { FA_DEV_CACHE = 64 };
 static fa_dev dev_cache[FA_DEV_CACHE];
-static int dev_known[FA_DEV_CACHE];
+static int dev_state[FA_DEV_CACHE]; /* 0: not asked, 1: being written, 2: in dev_cache */
 
 static cudaError_t device_info(int device, fa_dev *d) {
     const int cached = device < FA_DEV_CACHE;
-    if (cached && __atomic_load_n(&dev_known[device], __ATOMIC_ACQUIRE)) {
+    if (cached && __atomic_load_n(&dev_state[device], __ATOMIC_ACQUIRE) == 2) {
         *d = dev_cache[device];
         return cudaSuccess;
     }
@@ -138,9 +138,11 @@ static cudaError_t device_info(int device, fa_dev *d) {
         return e;
     d->sm = 10 * major + minor;
     d->ksm = d->sm, d->ksmem = d->smem;
-    if (cached) { /* racing writers store the same values */
+    int unasked = 0; /* one thread writes the cache; the others use what they asked */
+    if (cached && __atomic_compare_exchange_n(&dev_state[device], &unasked, 1, 0, __ATOMIC_ACQUIRE,
+                                              __ATOMIC_RELAXED)) {
         dev_cache[device] = *d;
-        __atomic_store_n(&dev_known[device], 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&dev_state[device], 2, __ATOMIC_RELEASE);
     }
     return cudaSuccess;
 }

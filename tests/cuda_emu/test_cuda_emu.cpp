@@ -15,7 +15,8 @@
 // configurations). Head dims: every kernel (kD = 32, 64, ..., 256) at its own D and at D < kD
 // (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128 configurations (D in 97..128)
 // run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles); every suite first
-// checks fa__mma_d128_block_n's answers.
+// checks fa__mma_d128_block_n's answers. Every fp16 configuration (cache ones too) runs again on
+// an emulated sm_75: Turing's kind (m16n8k8, synchronous copies, its own tiles).
 //
 // nonfinite plants NaN and infinities in q, k and v and holds both kernels, this one and the
 // stage-1 kernel (cuda/fwd_simple.cu, copied the same way; fp32/fp16/bf16), to the non-finite

@@ -19,6 +19,7 @@
 //
 // bwd_mma_emu.cu is cuda/bwd_mma.cu as emu_kernel.cmake copies it. Suites (arguments; default
 // all but sweep): dims, features, edge, nonfinite, and sweep SEED N (N random configurations).
+// Every fp16 configuration up to D = 128 runs again on an emulated sm_75 (Turing's kind).
 //
 // nonfinite plants NaN and infinities in q, k, v and dout and holds the kernels to the rule of
 // notes/nan-rule.md: where the fp64 reference (the formula over the pairs that see each other,
