@@ -135,6 +135,17 @@ static call_tensors tensors_of(const fa__problem *p, int backward) {
     return t;
 }
 
+/* As cuda/plugin.cu: FA_CUDA_KERNELS must name one of its kernel choices (here it chooses
+ * nothing: the work is the CPU's). */
+static int kernels_ok(char *msg, size_t cap) {
+    const char *k = getenv("FA_CUDA_KERNELS");
+    if (!k || !*k || strcmp(k, "auto") == 0 || strcmp(k, "sm75") == 0 || strcmp(k, "simple") == 0)
+        return 1;
+    snprintf(msg, cap, "fake plug-in: FA_CUDA_KERNELS is \"%.32s\"; expected auto, sm75 or simple",
+             k);
+    return 0;
+}
+
 static int forward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
     (void)stream;
     if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
@@ -146,6 +157,7 @@ static int forward(const fa__problem *p, int device, void *stream, char *msg, si
                  "fake plug-in: FA_CUDA_TILE_D128 is \"%.32s\"; expected 128x32 or 128x64", tile);
         return FA_ERR_VALUE;
     }
+    if (!kernels_ok(msg, cap)) return FA_ERR_VALUE;
     const fa_params prm = params_of(p);
     const call_tensors t = tensors_of(p, 0);
     const fa_tensor *lse = p->lse ? &t.lse : NULL;
@@ -158,6 +170,7 @@ static int forward(const fa__problem *p, int device, void *stream, char *msg, si
 static int backward(const fa__problem *p, int device, void *stream, char *msg, size_t cap) {
     (void)stream;
     if (!device_ok(device, msg, cap)) return FA_ERR_DEVICE;
+    if (!kernels_ok(msg, cap)) return FA_ERR_VALUE;
     const fa_params prm = params_of(p);
     const call_tensors t = tensors_of(p, 1);
     if (!p->cu_q)
