@@ -15,8 +15,9 @@
 // configurations). Head dims: every kernel (kD = 32, 64, ..., 256) at its own D and at D < kD
 // (zero-padded columns: 8, 40, 80, 112, 200, 248). The kD = 128 configurations (D in 97..128)
 // run twice, with key blocks of 32 and of 64 (FA_CUDA_TILE_D128's two tiles); every suite first
-// checks fa__mma_d128_block_n's answers. Every fp16 configuration (cache ones too) runs again on
-// an emulated sm_75: Turing's kind (m16n8k8, synchronous copies, its own tiles).
+// checks fa__mma_d128_block_n's answers. With FA_EMU_SM=75 (ctest's test_cuda_emu_kernel_sm75)
+// the fp16 configurations (cache ones too) run, and only they, on an emulated sm_75: Turing's
+// kind (m16n8k8, synchronous copies, its own tiles).
 //
 // nonfinite plants NaN and infinities in q, k and v and holds both kernels, this one and the
 // stage-1 kernel (cuda/fwd_simple.cu, copied the same way; fp32/fp16/bf16), to the non-finite
@@ -1159,31 +1160,34 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* Every kD = 128 configuration under both key blocks (fa__mma_d128_block_n's tiles), and
-     * every fp16 one also on an emulated sm_75 (Turing's kind: m16n8k8, synchronous copies, its
-     * own tiles). */
-    const size_t n_listed = cfgs.size();
-    for (size_t i = 0; i < n_listed; ++i) {
-        if (cfgs[i].simple)
-            continue;
-        if (fa_mma_kd(cfgs[i].D) == 128) {
-            Cfg c = cfgs[i];
+    /* With FA_EMU_SM=75: every fp16 configuration on an emulated sm_75 (Turing's kind: m16n8k8,
+     * synchronous copies, its own tiles), and nothing else. Otherwise every kD = 128
+     * configuration under both key blocks (fa__mma_d128_block_n's tiles). */
+    const bool turing = emu::g_sm == 75;
+    std::vector<Cfg> listed;
+    listed.swap(cfgs);
+    for (const Cfg &c0 : listed) {
+        Cfg c = c0;
+        if (turing) {
+            if (c.simple || c.bf || c.f32)
+                continue;
+            c.sm = 75;
+        }
+        cfgs.push_back(c);
+        if (!turing && !c.simple && fa_mma_kd(c.D) == 128) {
             c.bn = 64;
             cfgs.push_back(c);
         }
-        if (!cfgs[i].bf && !cfgs[i].f32) {
-            Cfg c = cfgs[i];
-            c.sm = 75;
-            cfgs.push_back(c);
-        }
     }
-    const size_t n_cache = cache_cfgs.size();
-    for (size_t i = 0; i < n_cache; ++i)
-        if (!cache_cfgs[i].bf && cache_cfgs[i].bn == 32) {
-            CacheCfg c = cache_cfgs[i];
-            c.sm = 75;
-            cache_cfgs.push_back(c);
-        }
+    std::vector<CacheCfg> cache_listed;
+    cache_listed.swap(cache_cfgs);
+    for (const CacheCfg &c0 : cache_listed) {
+        CacheCfg c = c0;
+        if (turing && (c.bf || c.bn != 32))
+            continue;
+        c.sm = turing ? 75 : c.sm;
+        cache_cfgs.push_back(c);
+    }
     int fails = check_tile_names();
     /* the non-finite table: (kernel, dtype) -> case -> (runs, failed) */
     std::map<std::string, std::map<std::string, std::pair<int, int>>> table;
