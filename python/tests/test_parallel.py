@@ -101,6 +101,9 @@ def _worker(rank, world, port, outdir, dtype_name):
     finally:
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(res, f)
+        # every rank past its last transfer before any tears its pairs down (gloo aborts a
+        # process whose peer closes while it still sends or receives)
+        dist.barrier()
         dist.destroy_process_group()
 
 
@@ -138,6 +141,9 @@ def _bad_worker(rank, world, port, outdir):
     finally:
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(errors, f)
+        # every rank past its last transfer before any tears its pairs down (gloo aborts a
+        # process whose peer closes while it still sends or receives)
+        dist.barrier()
         dist.destroy_process_group()
 
 
